@@ -1,0 +1,44 @@
+# sentemb: `make train` runs the main job, `make test` the test suite; both install what they need.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# pip on this workplace prints a warning per package for its file mirrors; keep the log readable
+QUIET_PIP := 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+
+.PHONY: install train test test-slow lint format data bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@# torch first and pinned: the local CPU wheel here; an unpinned torch would pull GBs of CUDA wheels
+	$(PY) -m pip install -q torch==2.13.0 $(QUIET_PIP)
+	$(PY) -m pip install -q -e '.[dev]' $(QUIET_PIP)
+	touch $@
+
+train: install
+	$(PY) -m sentemb.train $(ARGS)
+
+test: install
+	$(PY) -m pytest -m "not slow" -q $(ARGS)
+
+test-slow: install
+	$(PY) -m pytest -m slow -q $(ARGS)
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: install
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+data: install
+	$(PY) -m sentemb.download data
+
+bench: install
+	$(PY) benchmarks/step_time.py $(ARGS)
+
+clean:
+	rm -rf outputs multirun wandb lightning_logs .pytest_cache

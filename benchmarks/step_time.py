@@ -1,0 +1,154 @@
+"""Training step time of `python -m sentemb.train` (defaults) against a bare PyTorch SimCSE loop.
+
+Both run in this process on the same batches (the first warmup+steps batches of the default
+data module, seed 42): the bare loop is the method written out by hand (MiniLM, CLS + MLP,
+InfoNCE τ=0.05, AdamW 3e-5, linear decay, clip 1.0); the framework run is the real Trainer
+with the default callbacks and W&B logger, dev evaluation excluded. Order A/B/A so drift
+on the machine shows. A step time is the interval between consecutive step ends.
+
+    python benchmarks/step_time.py [--steps 30] [--warmup 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from hydra.utils import instantiate
+from torch import nn
+from transformers import get_linear_schedule_with_warmup
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from sentemb.config import prepare_run  # noqa: E402
+from sentemb.module import SentembModule  # noqa: E402
+from sentemb.train import _plain, finish_wandb  # noqa: E402
+from tests.conftest import compose_train  # noqa: E402
+
+
+def bare_loop(cfg, batches: list[dict], total_steps: int) -> tuple[list[float], list[float]]:
+    """SimCSE unsup written out in plain PyTorch; returns (step-end times, losses)."""
+    L.seed_everything(cfg.seed)
+    backbone = instantiate(cfg.model.backbone)
+    mlp = nn.Sequential(nn.Linear(backbone.config.hidden_size, backbone.config.hidden_size), nn.Tanh())
+    params = list(backbone.parameters()) + list(mlp.parameters())
+    optimizer = torch.optim.AdamW(params, lr=cfg.optimizer.lr, weight_decay=0.0)
+    scheduler = get_linear_schedule_with_warmup(optimizer, 0, total_steps)
+    backbone.train()
+    ends, losses = [time.perf_counter()], []
+    for batch in batches:
+        n = batch["input_ids"].shape[0]
+        doubled = {k: torch.cat([v, v]) for k, v in batch.items()}
+        cls = backbone(**doubled).last_hidden_state[:, 0]
+        z = F.normalize(mlp(cls), dim=-1)
+        sim = z[:n] @ z[n:].T / cfg.loss.temperature
+        loss = F.cross_entropy(sim, torch.arange(n))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        ends.append(time.perf_counter())
+    return ends, losses
+
+
+class StepClock(L.Callback):
+    def __init__(self) -> None:
+        self.ends: list[float] = []
+        self.losses: list[float] = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if not self.ends:
+            self.ends.append(time.perf_counter())
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.losses.append(float(outputs["loss"]))
+        self.ends.append(time.perf_counter())
+
+
+def framework_run(cfg, batches: list[dict], total_steps: int) -> tuple[list[float], list[float]]:
+    """The default job's module, Trainer, callbacks and logger (minus dev evaluation) on the same batches."""
+    L.seed_everything(cfg.seed, workers=True)
+    module = SentembModule(**{k: _plain(cfg[k]) for k in ("model", "pooling", "loss", "optimizer", "scheduler")})
+    clock = StepClock()
+    callbacks = [clock] + [instantiate(c) for c in cfg.callbacks.values()]
+    loggers = [instantiate(c) for c in cfg.logger.values()]
+    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers, max_steps=len(batches))
+    loader = torch.utils.data.DataLoader(batches, batch_size=None, shuffle=False)
+    module.configure_optimizers = _fixed_schedule(module, total_steps)
+    trainer.fit(module, train_dataloaders=loader)
+    finish_wandb()
+    return clock.ends, clock.losses
+
+
+def _fixed_schedule(module: SentembModule, total_steps: int):
+    """Same linear-decay horizon as the bare loop (the real job uses the epoch's length)."""
+
+    def configure():
+        optimizer = instantiate(module.hparams.optimizer)(params=module.parameters())
+        scheduler = get_linear_schedule_with_warmup(optimizer, 0, total_steps)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    return configure
+
+
+def step_times(ends: list[float], warmup: int) -> list[float]:
+    return [b - a for a, b in zip(ends[:-1], ends[1:], strict=True)][warmup:]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=30, help="timed steps per run")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps at the start of each run")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/step_time.md"))
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = compose_train([], output_dir=Path(tmp))
+        prepare_run(cfg)
+        datamodule = instantiate(cfg.data, tokenizer=instantiate(cfg.model.tokenizer))
+        L.seed_everything(cfg.seed)
+        datamodule.setup("fit")
+        loader = iter(datamodule.train_dataloader())
+        batches = [dict(next(loader)) for _ in range(args.warmup + args.steps)]
+        total = len(datamodule.train_dataloader())
+
+        runs = {}
+        runs["bare (1st)"] = bare_loop(cfg, batches, total)
+        runs["sentemb"] = framework_run(cfg, batches, total)
+        runs["bare (2nd)"] = bare_loop(cfg, batches, total)
+
+    mean = {name: statistics.mean(step_times(ends, args.warmup)) for name, (ends, _) in runs.items()}
+    median = {name: statistics.median(step_times(ends, args.warmup)) for name, (ends, _) in runs.items()}
+    bare_mean = (mean["bare (1st)"] + mean["bare (2nd)"]) / 2
+    bare_median = (median["bare (1st)"] + median["bare (2nd)"]) / 2
+    ratio_mean, ratio_median = mean["sentemb"] / bare_mean, median["sentemb"] / bare_median
+    max_loss_gap = max(abs(a - b) for a, b in zip(runs["bare (1st)"][1], runs["sentemb"][1], strict=True))
+
+    lines = [
+        f"# Step time: sentemb default job vs bare PyTorch loop ({args.steps} steps after {args.warmup} warm-up, "
+        f"batch {cfg.data.batch_size}, {torch.get_num_threads()} threads, torch {torch.__version__})",
+        "",
+        "| run | mean s/step | median s/step |",
+        "|---|---|---|",
+        *[f"| {name} | {mean[name]:.3f} | {median[name]:.3f} |" for name in runs],
+        "",
+        f"ratio sentemb / bare (mean of both bare runs): **{ratio_mean:.3f}** (mean), {ratio_median:.3f} (median)",
+        f"largest per-step loss difference, bare vs sentemb on the same batches: {max_loss_gap:.2e}",
+    ]
+    report = "\n".join(lines)
+    print("\n" + report)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(report + "\n")
+    return 0 if ratio_mean <= 1.05 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

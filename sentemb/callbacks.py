@@ -1,0 +1,76 @@
+"""STS-B dev evaluation during training: every `every_n_steps`, and on the last batch.
+
+It puts `stsb/dev_spearman` into the trainer's callback metrics, where ModelCheckpoint
+(monitor=stsb/dev_spearman, mode=max, checked every step) keeps the best checkpoint, as
+SimCSE does (evaluate every 125 steps, keep the best). Everything runs in
+`on_train_batch_end`, before ModelCheckpoint's hook (Lightning calls checkpoint callbacks last).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback
+
+from sentemb.eval.sts import STSBenchmark
+
+log = logging.getLogger(__name__)
+
+DEV_METRIC = "stsb/dev_spearman"
+
+
+class STSBDevEvaluation(Callback):
+    def __init__(
+        self, stsb_dir: str | Path, every_n_steps: int = 125, batch_size: int = 128, at_start: bool = True
+    ) -> None:
+        super().__init__()
+        if every_n_steps < 1:
+            raise ValueError(f"eval.every_n_steps={every_n_steps} must be >= 1")
+        self.benchmark = STSBenchmark(Path(stsb_dir), splits=("dev",))
+        self.every_n_steps = every_n_steps
+        self.batch_size = batch_size
+        self.at_start = at_start
+        self.history: list[tuple[int, float]] = []
+
+    @property
+    def best(self) -> tuple[int, float] | None:
+        """(step, Spearman) of the best evaluation so far."""
+        return max(self.history, key=lambda item: item[1], default=None)
+
+    def dev_spearman(self, pl_module: L.LightningModule) -> dict[str, float]:
+        return self.benchmark.evaluate(pl_module.encoder, batch_size=self.batch_size, show_progress=True)["dev"]
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.at_start and trainer.global_step == 0:
+            # the pre-training score, for the record; not a checkpoint candidate
+            initial = self.dev_spearman(pl_module)["spearman"]
+            for logger in trainer.loggers:
+                logger.log_metrics({"stsb/dev_spearman_initial": initial}, step=0)
+            log.info("before training: STS-B dev Spearman %.2f", initial)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step
+        at_cadence = step % self.every_n_steps == 0
+        at_end = trainer.is_last_batch or (trainer.max_steps > 0 and step >= trainer.max_steps)
+        if not (at_cadence or at_end) or (self.history and self.history[-1][0] == step):
+            return
+        scores = self.dev_spearman(pl_module)
+        self.history.append((step, scores["spearman"]))
+        metrics = {
+            DEV_METRIC: scores["spearman"],
+            "stsb/dev_pearson": scores["pearson"],
+            "stsb/dev_spearman_best": self.best[1],
+        }
+        trainer.callback_metrics.update({name: torch.tensor(value) for name, value in metrics.items()})
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=step)
+        log.info("step %d: STS-B dev Spearman %.2f (best %.2f at step %d)", step, scores["spearman"], *self.best[::-1])
+
+    def state_dict(self) -> dict:
+        return {"history": self.history}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.history = [tuple(item) for item in state_dict.get("history", [])]

@@ -1,0 +1,53 @@
+"""OmegaConf resolvers used by conf/, and the checks that run before anything expensive."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from sentemb.backbones import packaged_model_path
+from sentemb.data import CorpusReport, check_corpus
+from sentemb.errors import SentembConfigError
+from sentemb.paths import resolve_data_root
+
+
+def wandb_offline() -> bool:
+    """Offline unless the user configured W&B online (WANDB_MODE=online, or an API key in the environment)."""
+    mode = os.environ.get("WANDB_MODE", "").lower()
+    if mode in ("online", "run"):
+        return False
+    if mode in ("offline", "dryrun", "disabled"):
+        return True
+    return not os.environ.get("WANDB_API_KEY")
+
+
+def register_resolvers() -> None:
+    OmegaConf.register_new_resolver("packaged_model", packaged_model_path, replace=True)
+    OmegaConf.register_new_resolver("wandb_offline", wandb_offline, replace=True)
+
+
+register_resolvers()
+
+
+def prepare_run(cfg: DictConfig) -> CorpusReport:
+    """Validate the config and the data it names, cheapest first; nothing here loads a model.
+
+    Fills in `paths.data_dir` with the data root actually found, so the logged config says
+    where the data came from.
+    """
+    if not cfg.get("loss"):
+        raise SentembConfigError("loss: no objective configured. Fix: pick one, e.g. loss=infonce")
+    instantiate(cfg.loss)  # each objective validates its own hyper-parameters (e.g. τ > 0)
+    for key in ("batch_size", "max_length"):
+        value = cfg.data.get(key)
+        if value is not None and value < 1:
+            raise SentembConfigError(f"data.{key}={value} must be >= 1 (conf/data/).")
+    if cfg.eval.every_n_steps < 1:
+        raise SentembConfigError(
+            f"eval.every_n_steps={cfg.eval.every_n_steps} must be >= 1, e.g. eval.every_n_steps=125"
+        )
+    cfg.paths.data_dir = str(resolve_data_root(cfg.paths.data_dir))
+    return check_corpus(Path(cfg.data.corpus).expanduser())

@@ -1,0 +1,114 @@
+"""Unsupervised training data: one sentence per line (SimCSE's wiki1m format).
+
+The corpus is checked line by line before anything expensive happens (non-UTF-8 lines,
+no sentences at all), then read through Hugging Face `datasets`, blank lines dropped and
+counted, tokenised once (max 32 tokens, SimCSE) and padded per batch.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import lightning as L
+from datasets import Dataset, load_dataset
+from torch.utils.data import DataLoader
+from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
+
+from sentemb.errors import SentembConfigError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CorpusReport:
+    path: Path
+    lines: int
+    blank_lines: int
+
+    @property
+    def sentences(self) -> int:
+        return self.lines - self.blank_lines
+
+
+def check_corpus(path: Path) -> CorpusReport:
+    """Read the corpus once as bytes: every line must be UTF-8 and at least one must be non-blank."""
+    if not path.is_file():
+        raise SentembConfigError(
+            f"data.corpus: training corpus {path} does not exist. "
+            "Fix: set data.corpus=/path/to/sentences.txt (one sentence per line), point SENTEMB_DATA at a data "
+            "root that has wiki/wiki1m_head.txt, or run `make data` to download wiki1m."
+        )
+    lines = blank = 0
+    with path.open("rb") as handle:
+        for lines, raw in enumerate(handle, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise SentembConfigError(
+                    f"{path}:{lines}: line is not valid UTF-8 ({err.reason} at byte {err.start}). "
+                    f"Fix: re-encode the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`) or delete line {lines}."
+                ) from err
+            blank += not text.strip()
+    if lines == blank:
+        raise SentembConfigError(
+            f"{path}: the corpus has no sentences ({lines} lines, all blank). "
+            "Fix: point data.corpus at a text file with one sentence per line."
+        )
+    return CorpusReport(path, lines, blank)
+
+
+class UnsupervisedTextDataModule(L.LightningDataModule):
+    """Batches of tokenised sentences; the module encodes each batch twice (two dropout views)."""
+
+    def __init__(
+        self,
+        corpus: str | Path,
+        tokenizer: PreTrainedTokenizerBase,
+        batch_size: int = 64,
+        max_length: int = 32,
+        num_workers: int = 0,
+        shuffle: bool = True,
+    ) -> None:
+        super().__init__()
+        self.corpus = Path(corpus)
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.num_workers = num_workers
+        self.shuffle = shuffle
+        self.report: CorpusReport | None = None
+        self.train_set: Dataset | None = None
+
+    def prepare_data(self) -> None:
+        if self.report is None:  # train.py has usually checked it already, before loading the model
+            self.report = check_corpus(self.corpus)
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_set is not None:
+            return
+        if self.report is None:
+            self.report = check_corpus(self.corpus)
+        text = load_dataset("text", data_files={"train": str(self.corpus)}, split="train")
+        text = text.filter(lambda row: bool(row["text"].strip()), desc="drop blank lines")
+        self.train_set = text.map(
+            lambda rows: self.tokenizer(rows["text"], truncation=True, max_length=self.max_length),
+            batched=True,
+            remove_columns=["text"],
+            desc="tokenize",
+        )
+        log.info(
+            "corpus %s: %d sentences, %d blank lines skipped", self.corpus, len(self.train_set), self.report.blank_lines
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        assert self.train_set is not None, "call setup() first"
+        return DataLoader(
+            self.train_set,
+            batch_size=self.batch_size,
+            shuffle=self.shuffle,
+            num_workers=self.num_workers,
+            collate_fn=DataCollatorWithPadding(self.tokenizer),
+            persistent_workers=self.num_workers > 0,
+        )

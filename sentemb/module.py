@@ -1,0 +1,74 @@
+"""The LightningModule: encoder → pooling (→ train-only MLP) → objective.
+
+Built from plain config dicts (saved as hyper-parameters), so a checkpoint alone rebuilds
+the exact encoder, pooling and loss it was trained with.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+import torch
+import torch.distributed as dist
+from hydra.utils import instantiate
+
+from sentemb.encoder import SentenceEncoder
+from sentemb.losses import LossOutput
+
+
+def build_encoder(model: dict, pooling: dict) -> SentenceEncoder:
+    """Backbone + tokenizer from `model`, pooling from `pooling` (sized to the backbone)."""
+    backbone = instantiate(model["backbone"])
+    tokenizer = instantiate(model["tokenizer"])
+    return SentenceEncoder(backbone, tokenizer, instantiate(pooling, hidden_size=backbone.config.hidden_size))
+
+
+def gather_with_grad(z: torch.Tensor) -> torch.Tensor:
+    """All ranks' embeddings, the local slice kept as the autograd-tracked tensor (SimCSE's trick)."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return z
+    gathered = [torch.zeros_like(z) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, z.contiguous())
+    gathered[dist.get_rank()] = z
+    return torch.cat(gathered)
+
+
+class SentembModule(L.LightningModule):
+    def __init__(
+        self,
+        model: dict[str, Any],
+        pooling: dict[str, Any],
+        loss: dict[str, Any],
+        optimizer: dict[str, Any],
+        scheduler: dict[str, Any] | None = None,
+        gather_negatives: bool = True,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.encoder = build_encoder(model, pooling)
+        self.loss = instantiate(loss)
+        self.gather_negatives = gather_negatives
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        n = batch["input_ids"].shape[0]
+        # one forward over both copies: dropout draws a different mask for each (unsup. SimCSE)
+        doubled = {name: torch.cat([value, value]) for name, value in batch.items()}
+        embeddings = self.encoder(doubled, train_head=True)
+        z1, z2 = embeddings[:n], embeddings[n:]
+        if self.gather_negatives:
+            z1, z2 = gather_with_grad(z1), gather_with_grad(z2)
+        output: LossOutput = self.loss(z1, z2)
+        self.log("train/loss", output.loss, prog_bar=True, batch_size=n)
+        if output.stats:
+            self.log_dict({f"train/{name}": value for name, value in output.stats.items()}, batch_size=n)
+        return output.loss
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        optimizer = instantiate(self.hparams.optimizer)(params=self.parameters())
+        if not self.hparams.scheduler:
+            return {"optimizer": optimizer}
+        scheduler = instantiate(self.hparams.scheduler)(
+            optimizer, num_training_steps=int(self.trainer.estimated_stepping_batches)
+        )
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

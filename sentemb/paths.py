@@ -1,0 +1,48 @@
+"""Where data lives: `$SENTEMB_DATA`, else `./data`, else `../shared/data`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from sentemb.errors import SentembConfigError
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def data_root_candidates() -> list[Path]:
+    """The places searched for the data root, in order (cwd first, then the checkout)."""
+    places = [Path("data"), Path("../shared/data"), PROJECT_ROOT / "data", PROJECT_ROOT.parent / "shared" / "data"]
+    seen: list[Path] = []
+    for place in places:
+        resolved = place.resolve()
+        if resolved not in seen:
+            seen.append(resolved)
+    return seen
+
+
+def resolve_data_root(configured: str | os.PathLike | None = None) -> Path:
+    """Return the data root: `configured` (paths.data_dir / $SENTEMB_DATA) or the first that exists."""
+    if configured:
+        root = Path(configured).expanduser().resolve()
+        if not root.is_dir():
+            raise SentembConfigError(
+                f"paths.data_dir (or $SENTEMB_DATA) points to {root}, which is not a directory. "
+                "Fix: set SENTEMB_DATA to the folder holding wiki/ and senteval/ (see ../shared/data/README.md), "
+                "or run `make data` to download them into ./data."
+            )
+        return root
+    for root in data_root_candidates():
+        if root.is_dir():
+            return root
+    tried = ", ".join(str(p) for p in data_root_candidates())
+    raise SentembConfigError(
+        f"No data root found (tried $SENTEMB_DATA, then {tried}). "
+        "Fix: export SENTEMB_DATA=/path/to/data, or run `make data` to download wiki1m and SentEval into ./data."
+    )
+
+
+def under_root(path: str | os.PathLike, root: Path) -> Path:
+    """An absolute `path` is kept; a relative one is read under the data root."""
+    path = Path(path).expanduser()
+    return path if path.is_absolute() else root / path

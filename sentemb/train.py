@@ -1,0 +1,102 @@
+"""`python -m sentemb.train [group=option ...] [key=value ...]`: train, keep the best STS-B dev
+checkpoint, report STS-B test of that checkpoint. Returns the optimized metric for sweepers.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+from typing import Any
+
+import hydra
+import lightning as L
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from sentemb.callbacks import STSBDevEvaluation
+from sentemb.config import prepare_run
+from sentemb.eval.sts import STSBenchmark
+from sentemb.module import SentembModule
+
+log = logging.getLogger(__name__)
+
+# ModelCheckpoint checks its monitor every step; before the first dev evaluation it is absent by design
+warnings.filterwarnings("ignore", message=r".*could not find the monitored key.*")
+# the train set is tokenised up front; worker processes would not speed up padding on 2 cores
+warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
+
+
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """Run one training job; returns the final metrics (best dev, test, checkpoint path)."""
+    corpus = prepare_run(cfg)
+    dev_eval: STSBDevEvaluation = instantiate(cfg.eval)  # reads STS-B dev now: a bad path fails before the model
+    L.seed_everything(cfg.seed, workers=True)
+
+    tokenizer = instantiate(cfg.model.tokenizer)
+    datamodule = instantiate(cfg.data, tokenizer=tokenizer)
+    datamodule.report = corpus
+    log.info("corpus %s: %d sentences (%d blank lines skipped)", corpus.path, corpus.sentences, corpus.blank_lines)
+
+    module = SentembModule(**{key: _plain(cfg[key]) for key in ("model", "pooling", "loss", "optimizer", "scheduler")})
+    callbacks = [dev_eval] + [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
+    loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values()]
+    trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    for logger in trainer.loggers:
+        logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))  # the whole resolved config
+
+    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    return report_best(trainer, dev_eval, cfg)
+
+
+def report_best(trainer: L.Trainer, dev_eval: STSBDevEvaluation, cfg: DictConfig) -> dict[str, Any]:
+    """Reload the best checkpoint, score STS-B dev and test with it, log and print them."""
+    best_path = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+    if not best_path:
+        raise RuntimeError("training ended without a checkpoint: is the ModelCheckpoint callback configured?")
+    best = SentembModule.load_from_checkpoint(best_path, map_location=trainer.strategy.root_device, weights_only=False)
+    scores = STSBenchmark(Path(cfg.eval.stsb_dir), splits=("dev", "test")).evaluate(best.encoder, cfg.eval.batch_size)
+    best_step, logged_dev = dev_eval.best
+    metrics = {
+        "stsb/best_dev_spearman": scores["dev"]["spearman"],
+        "stsb/test_spearman": scores["test"]["spearman"],
+        "stsb/test_pearson": scores["test"]["pearson"],
+        "stsb/best_step": best_step,
+    }
+    for logger in trainer.loggers:
+        logger.log_metrics(metrics, step=trainer.global_step)
+        logger.finalize("success")
+    print(
+        f"\nSTS-B dev Spearman (best, step {best_step}): {scores['dev']['spearman']:.2f}"
+        f"   [logged during training: {logged_dev:.2f}]"
+        f"\nSTS-B test Spearman (best checkpoint):    {scores['test']['spearman']:.2f}"
+        f"\nbest checkpoint: {best_path}\n"
+    )
+    return {**metrics, "best_checkpoint": best_path, "stsb/dev_spearman_best": logged_dev}
+
+
+def _plain(node: Any) -> Any:
+    """Resolved plain containers: what the checkpoint stores to rebuild the model exactly."""
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+
+
+def finish_wandb() -> None:
+    """One W&B run per job, always finished (also after an exception), so multirun jobs never share one."""
+    import sys
+
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and wandb.run is not None:
+        wandb.finish()
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
+def main(cfg: DictConfig) -> float | None:
+    try:
+        metrics = train(cfg)
+    finally:
+        finish_wandb()
+    return metrics.get(cfg.get("optimized_metric") or "")
+
+
+if __name__ == "__main__":
+    main()

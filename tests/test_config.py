@@ -1,0 +1,83 @@
+"""Every config group option composes, and the cheap parts of each instantiate."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from hydra.errors import MissingConfigException
+from hydra.utils import instantiate
+
+from sentemb.losses import LossOutput
+from tests.conftest import CONF_DIR, compose_train
+
+GROUPS = ["model", "pooling", "loss", "data", "trainer", "callbacks", "logger", "eval", "experiment", "hparams_search"]
+OPTIONS = [(group, path.stem) for group in GROUPS for path in sorted((CONF_DIR / group).glob("*.yaml"))]
+
+
+def test_every_group_has_options():
+    assert {group for group, _ in OPTIONS} == set(GROUPS)
+
+
+@pytest.mark.parametrize(("group", "option"), OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
+def test_option_composes(group, option, tmp_path):
+    cfg = compose_train([f"{group}={option}"], output_dir=tmp_path)
+    for key in ("model", "pooling", "loss", "data", "trainer", "eval", "paths"):
+        assert key in cfg, f"{group}={option} lost the '{key}' group"
+    assert cfg.hydra.runtime.choices[group] == option
+
+
+@pytest.mark.parametrize("option", [p.stem for p in sorted((CONF_DIR / "pooling").glob("*.yaml"))])
+def test_pooling_instantiates(option, tmp_path):
+    import torch
+
+    pooling = instantiate(compose_train([f"pooling={option}"], tmp_path).pooling, hidden_size=8)
+    hidden, mask = torch.randn(3, 5, 8), torch.ones(3, 5, dtype=torch.long)
+    assert pooling(hidden, mask).shape == (3, 8)
+
+
+@pytest.mark.parametrize("option", [p.stem for p in sorted((CONF_DIR / "loss").glob("*.yaml"))])
+def test_loss_instantiates(option, tmp_path):
+    import torch
+
+    loss = instantiate(compose_train([f"loss={option}"], tmp_path).loss)
+    out = loss(torch.randn(8, 16), torch.randn(8, 16))
+    assert isinstance(out, LossOutput) and torch.isfinite(out.loss)
+
+
+@pytest.mark.parametrize("option", ["csv", "wandb", "none"])
+def test_logger_instantiates(option, tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    cfg = compose_train([f"logger={option}"], tmp_path)
+    loggers = [instantiate(c) for c in (cfg.logger or {}).values()]
+    assert len(loggers) == (0 if option == "none" else 1)
+    if option == "wandb":
+        assert cfg.logger.wandb.offline is True, "W&B must default to offline when nothing configures it online"
+
+
+def test_wandb_goes_online_when_configured(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "online")
+    assert compose_train(["logger=wandb"], tmp_path).logger.wandb.offline is False
+
+
+def test_experiment_overrides_reach_the_config(tmp_path):
+    cfg = compose_train(["experiment=simcse_roberta_base"], tmp_path)
+    assert cfg.model.name_or_path == "roberta-base"
+    assert cfg.data.batch_size == 512 and cfg.optimizer.lr == pytest.approx(1e-5)
+
+
+def test_unknown_group_value_lists_valid_options(tmp_path):
+    with pytest.raises(MissingConfigException) as err:
+        compose_train(["loss=does_not_exist"], tmp_path)
+    message = str(err.value)
+    assert "loss/does_not_exist" in message and "infonce" in message
+
+
+def test_cli_prints_a_config_naming_every_group():
+    out = subprocess.run(
+        [sys.executable, "-m", "sentemb.train", "--cfg", "job"], capture_output=True, text=True, check=True
+    ).stdout
+    for group in ("paths", "model", "pooling", "loss", "data", "trainer", "callbacks", "logger", "eval"):
+        assert f"\n{group}:" in out, f"--cfg job does not show '{group}'"
