@@ -28,7 +28,7 @@ from transformers import get_linear_schedule_with_warmup
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from sentemb.config import prepare_run  # noqa: E402
 from sentemb.module import SentembModule  # noqa: E402
-from sentemb.train import _plain, finish_wandb  # noqa: E402
+from sentemb.train import finish_wandb, resolved_container  # noqa: E402
 from tests.conftest import compose_train  # noqa: E402
 
 
@@ -76,7 +76,9 @@ class StepClock(L.Callback):
 def framework_run(cfg, batches: list[dict], total_steps: int) -> tuple[list[float], list[float]]:
     """The default job's module, Trainer, callbacks and logger (minus dev evaluation) on the same batches."""
     L.seed_everything(cfg.seed, workers=True)
-    module = SentembModule(**{k: _plain(cfg[k]) for k in ("model", "pooling", "loss", "optimizer", "scheduler")})
+    module = SentembModule(
+        **{k: resolved_container(cfg[k]) for k in ("model", "pooling", "loss", "optimizer", "scheduler")}
+    )
     clock = StepClock()
     callbacks = [clock] + [instantiate(c) for c in cfg.callbacks.values()]
     loggers = [instantiate(c) for c in cfg.logger.values()]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
@@ -32,6 +34,16 @@ def register_resolvers() -> None:
 register_resolvers()
 
 
+def instantiate_checked(node: DictConfig, **kwargs: Any) -> Any:
+    """`hydra.utils.instantiate`, letting a constructor's own SentembConfigError through unwrapped."""
+    try:
+        return instantiate(node, **kwargs)
+    except InstantiationException as err:
+        if isinstance(err.__cause__, SentembConfigError):
+            raise err.__cause__ from None
+        raise
+
+
 def prepare_run(cfg: DictConfig) -> CorpusReport:
     """Validate the config and the data it names, cheapest first; nothing here loads a model.
 
@@ -40,7 +52,7 @@ def prepare_run(cfg: DictConfig) -> CorpusReport:
     """
     if not cfg.get("loss"):
         raise SentembConfigError("loss: no objective configured. Fix: pick one, e.g. loss=infonce")
-    instantiate(cfg.loss)  # each objective validates its own hyper-parameters (e.g. τ > 0)
+    instantiate_checked(cfg.loss)  # each objective validates its own hyper-parameters (e.g. τ > 0)
     for key in ("batch_size", "max_length"):
         value = cfg.data.get(key)
         if value is not None and value < 1:

@@ -49,6 +49,9 @@ class SentembModule(L.LightningModule):
         self.encoder = build_encoder(model, pooling)
         self.loss = instantiate(loss)
         self.gather_negatives = gather_negatives
+        # from_pretrained returns the backbone in eval mode and Lightning keeps submodule modes:
+        # without this, dropout is off and the two views are identical (no SimCSE at all)
+        self.train()
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         n = batch["input_ids"].shape[0]

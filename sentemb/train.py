@@ -5,6 +5,7 @@ checkpoint, report STS-B test of that checkpoint. Returns the optimized metric f
 from __future__ import annotations
 
 import logging
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from sentemb.callbacks import STSBDevEvaluation
-from sentemb.config import prepare_run
+from sentemb.config import instantiate_checked, prepare_run
+from sentemb.errors import SentembConfigError
 from sentemb.eval.sts import STSBenchmark
 from sentemb.module import SentembModule
 
@@ -30,7 +32,9 @@ warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Run one training job; returns the final metrics (best dev, test, checkpoint path)."""
     corpus = prepare_run(cfg)
-    dev_eval: STSBDevEvaluation = instantiate(cfg.eval)  # reads STS-B dev now: a bad path fails before the model
+    dev_eval: STSBDevEvaluation = instantiate_checked(
+        cfg.eval
+    )  # reads STS-B dev now: a bad path fails before the model
     L.seed_everything(cfg.seed, workers=True)
 
     tokenizer = instantiate(cfg.model.tokenizer)
@@ -38,12 +42,14 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     datamodule.report = corpus
     log.info("corpus %s: %d sentences (%d blank lines skipped)", corpus.path, corpus.sentences, corpus.blank_lines)
 
-    module = SentembModule(**{key: _plain(cfg[key]) for key in ("model", "pooling", "loss", "optimizer", "scheduler")})
+    module = SentembModule(
+        **{key: resolved_container(cfg[key]) for key in ("model", "pooling", "loss", "optimizer", "scheduler")}
+    )
     callbacks = [dev_eval] + [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
     loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values()]
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     for logger in trainer.loggers:
-        logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))  # the whole resolved config
+        logger.log_hyperparams({k: resolved_container(v) for k, v in cfg.items() if k != "hydra"})  # all of it
 
     trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
     return report_best(trainer, dev_eval, cfg)
@@ -75,15 +81,13 @@ def report_best(trainer: L.Trainer, dev_eval: STSBDevEvaluation, cfg: DictConfig
     return {**metrics, "best_checkpoint": best_path, "stsb/dev_spearman_best": logged_dev}
 
 
-def _plain(node: Any) -> Any:
+def resolved_container(node: Any) -> Any:
     """Resolved plain containers: what the checkpoint stores to rebuild the model exactly."""
     return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
 
 
 def finish_wandb() -> None:
     """One W&B run per job, always finished (also after an exception), so multirun jobs never share one."""
-    import sys
-
     wandb = sys.modules.get("wandb")
     if wandb is not None and wandb.run is not None:
         wandb.finish()
@@ -93,6 +97,8 @@ def finish_wandb() -> None:
 def main(cfg: DictConfig) -> float | None:
     try:
         metrics = train(cfg)
+    except SentembConfigError as err:
+        sys.exit(f"sentemb: {err}")  # bad input: the message says what and how to fix; no traceback
     finally:
         finish_wandb()
     return metrics.get(cfg.get("optimized_metric") or "")

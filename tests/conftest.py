@@ -54,4 +54,5 @@ def tiny_overrides(small_corpus: Path) -> list[str]:
         "trainer.max_steps=4",
         "eval.every_n_steps=2",
         "eval.at_start=false",
+        "trainer.log_every_n_steps=1",
     ]

@@ -77,3 +77,14 @@ def test_cli_reports_unknown_group_value_without_traceback():
     result = subprocess.run([sys.executable, "-m", "sentemb.train", "pooling=nope"], capture_output=True, text=True)
     assert result.returncode != 0
     assert "Could not find 'pooling/nope'" in result.stderr and "Available options in 'pooling'" in result.stderr
+
+
+def test_cli_reports_config_error_plainly(tmp_path):
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "sentemb.train", "model=tiny", "loss.temperature=0", f"hydra.run.dir={tmp_path}"]
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].startswith("sentemb: loss.temperature=0 must be > 0")
+    assert "Traceback" not in result.stderr

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import json
 import math
 from pathlib import Path
 
@@ -13,8 +12,9 @@ import torch
 from sentemb.callbacks import DEV_METRIC
 from sentemb.eval.sts import STSBenchmark
 from sentemb.module import SentembModule
-from sentemb.train import finish_wandb, train
+from sentemb.train import finish_wandb, resolved_container, train
 from tests.conftest import compose_train
+from tests.wandb_records import config_and_history
 
 
 def run(overrides: list[str], output_dir: Path) -> dict:
@@ -35,6 +35,13 @@ def test_tiny_training_run_keeps_the_best_checkpoint(tiny_overrides, tmp_path):
     dev_steps = [int(r["step"]) for r in rows if r.get(DEV_METRIC)]
     assert dev_steps == [2, 4], "evaluated every 2 steps; the last step (4) is not evaluated twice"
     assert any(r.get("train/loss") for r in rows)
+
+
+def test_two_views_differ_by_dropout_during_training(tiny_overrides, tmp_path):
+    run([*tiny_overrides, "trainer.log_every_n_steps=1"], tmp_path)
+    rows = list(csv.DictReader((tmp_path / "csv" / "version_0" / "metrics.csv").open()))
+    cos_pos = [float(r["train/cos_pos"]) for r in rows if r.get("train/cos_pos")]
+    assert len(cos_pos) == 4 and max(cos_pos) < 0.9999, "dropout must be on in training: the views must differ"
 
 
 def test_logged_dev_score_equals_offline_evaluation_of_best_checkpoint(tiny_overrides, tmp_path):
@@ -75,10 +82,38 @@ def test_wandb_offline_run_has_metrics_and_config(tiny_overrides, tmp_path, monk
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     overrides = [o for o in tiny_overrides if not o.startswith("logger=")] + ["logger=wandb"]
     metrics = run(overrides, tmp_path)
-    runs = list((tmp_path / "wandb").glob("offline-run-*"))
-    assert len(runs) == 1, "one offline W&B run per job"
-    summary = json.loads((runs[0] / "files" / "wandb-summary.json").read_text())
-    assert summary["stsb/test_spearman"] == pytest.approx(metrics["stsb/test_spearman"])
-    config = (runs[0] / "files" / "config.yaml").read_text()
-    for group in ("model", "pooling", "loss", "data", "trainer", "optimizer", "seed"):
-        assert f"\n{group}:" in config, f"the W&B config lacks '{group}'"
+    logs = list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(logs) == 1, "one offline W&B run per job"
+    config, history = config_and_history(logs[0])
+    for group in ("model", "pooling", "loss", "data", "trainer", "optimizer", "eval", "paths", "seed"):
+        assert group in config, f"the W&B config lacks '{group}'"
+    assert config["loss"]["temperature"] == 0.05 and config["data"]["corpus"].endswith("corpus.txt")
+    dev_rows = [row for row in history if DEV_METRIC in row]
+    assert [row["trainer/global_step"] for row in dev_rows] == [2, 4]
+    assert max(row[DEV_METRIC] for row in dev_rows) == pytest.approx(metrics["stsb/dev_spearman_best"])
+    finals = [row for row in history if "stsb/test_spearman" in row]
+    assert finals and finals[-1]["stsb/test_spearman"] == pytest.approx(metrics["stsb/test_spearman"])
+    assert any("train/loss" in row for row in history)
+
+
+def test_multirun_sweep_gives_one_directory_and_wandb_run_per_job(small_corpus, tmp_path):
+    import subprocess
+    import sys
+
+    command = [
+        sys.executable, "-m", "sentemb.train", "-m", "model=tiny", "loss.temperature=0.05,0.1",
+        f"data.corpus={small_corpus}", "trainer.max_steps=2", "eval.at_start=false", f"hydra.sweep.dir={tmp_path}",
+    ]  # fmt: skip
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("WANDB_MODE", "WANDB_API_KEY")}
+    subprocess.run(command, check=True, capture_output=True, text=True, env=env)
+    for job in ("0", "1"):
+        assert len(list((tmp_path / job / "checkpoints").glob("*.ckpt"))) == 1
+        assert len(list((tmp_path / job / "wandb").glob("offline-run-*"))) == 1
+    assert "loss.temperature=0.1" in (tmp_path / "1" / ".hydra" / "overrides.yaml").read_text()
+
+
+def test_pretrained_backbone_trains_with_dropout_on(tmp_path):
+    # from_pretrained hands back a model in eval mode; the module must train it with dropout on
+    cfg = compose_train(["model=minilm"], output_dir=tmp_path)
+    module = SentembModule(**{key: resolved_container(cfg[key]) for key in ("model", "pooling", "loss", "optimizer")})
+    assert all(m.training for m in module.modules())

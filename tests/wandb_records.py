@@ -1,0 +1,55 @@
+"""Read an offline W&B run's transaction log (`run-<id>.wandb`) in tests.
+
+wandb ≥0.19 writes offline runs only as this log (LevelDB-log framing: a 7-byte file header,
+32 KiB blocks, records split into FULL/FIRST/MIDDLE/LAST chunks with a 7-byte header each) of
+`wandb_internal_pb2.Record` protobufs, and no longer ships a Python reader for it.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+from wandb.proto import wandb_internal_pb2
+
+BLOCK = 32768
+HEADER = 7
+FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
+
+
+def records(path: Path) -> list[wandb_internal_pb2.Record]:
+    data = path.read_bytes()
+    ident, magic, version = struct.unpack("<4sHB", data[:HEADER])
+    assert ident == b":W&B" and magic == 0xBEE1, f"{path} is not a W&B transaction log"
+    out, pending, offset = [], b"", HEADER
+    while offset + HEADER <= len(data):
+        room = BLOCK - offset % BLOCK
+        if room < HEADER:  # the tail of a block too small for a header is zero padding
+            offset += room
+            continue
+        _checksum, length, kind = struct.unpack("<IHB", data[offset : offset + HEADER])
+        if kind == 0 and length == 0:
+            break
+        chunk = data[offset + HEADER : offset + HEADER + length]
+        offset += HEADER + length
+        pending = chunk if kind in (FULL, FIRST) else pending + chunk
+        if kind in (FULL, LAST):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            out.append(record)
+    return out
+
+
+def config_and_history(path: Path) -> tuple[dict, list[dict]]:
+    """The run's config (last value of each key) and its history rows."""
+    config, history = {}, []
+    for record in records(path):
+        kind = record.WhichOneof("record_type")
+        if kind == "config":
+            config.update({item.key: json.loads(item.value_json) for item in record.config.update})
+        elif kind == "history":
+            history.append(
+                {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+            )
+    return config, history
