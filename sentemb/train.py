@@ -4,7 +4,6 @@ checkpoint, report STS-B test of that checkpoint. Returns the optimized metric f
 
 from __future__ import annotations
 
-import logging
 import sys
 import warnings
 from pathlib import Path
@@ -21,8 +20,6 @@ from sentemb.errors import SentembConfigError
 from sentemb.eval.sts import STSBenchmark
 from sentemb.module import SentembModule
 
-log = logging.getLogger(__name__)
-
 # ModelCheckpoint checks its monitor every step; before the first dev evaluation it is absent by design
 warnings.filterwarnings("ignore", message=r".*could not find the monitored key.*")
 # the train set is tokenised up front; worker processes would not speed up padding on 2 cores
@@ -32,15 +29,13 @@ warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Run one training job; returns the final metrics (best dev, test, checkpoint path)."""
     corpus = prepare_run(cfg)
-    dev_eval: STSBDevEvaluation = instantiate_checked(
-        cfg.eval
-    )  # reads STS-B dev now: a bad path fails before the model
+    # reads STS-B dev now, so a bad path fails before the model is loaded
+    dev_eval: STSBDevEvaluation = instantiate_checked(cfg.eval)
     L.seed_everything(cfg.seed, workers=True)
 
     tokenizer = instantiate(cfg.model.tokenizer)
     datamodule = instantiate(cfg.data, tokenizer=tokenizer)
     datamodule.report = corpus
-    log.info("corpus %s: %d sentences (%d blank lines skipped)", corpus.path, corpus.sentences, corpus.blank_lines)
 
     module = SentembModule(
         **{key: resolved_container(cfg[key]) for key in ("model", "pooling", "loss", "optimizer", "scheduler")}
@@ -72,12 +67,13 @@ def report_best(trainer: L.Trainer, dev_eval: STSBDevEvaluation, cfg: DictConfig
     for logger in trainer.loggers:
         logger.log_metrics(metrics, step=trainer.global_step)
         logger.finalize("success")
-    print(
-        f"\nSTS-B dev Spearman (best, step {best_step}): {scores['dev']['spearman']:.2f}"
-        f"   [logged during training: {logged_dev:.2f}]"
-        f"\nSTS-B test Spearman (best checkpoint):    {scores['test']['spearman']:.2f}"
-        f"\nbest checkpoint: {best_path}\n"
-    )
+    if trainer.is_global_zero:
+        print(
+            f"\nSTS-B dev Spearman (best, step {best_step}): {scores['dev']['spearman']:.2f}"
+            f"   [logged during training: {logged_dev:.2f}]"
+            f"\nSTS-B test Spearman (best checkpoint):    {scores['test']['spearman']:.2f}"
+            f"\nbest checkpoint: {best_path}\n"
+        )
     return {**metrics, "best_checkpoint": best_path, "stsb/dev_spearman_best": logged_dev}
 
 

@@ -12,9 +12,9 @@ import torch
 from sentemb.callbacks import DEV_METRIC
 from sentemb.eval.sts import STSBenchmark
 from sentemb.module import SentembModule
+from sentemb.offline_runs import config_and_history
 from sentemb.train import finish_wandb, resolved_container, train
 from tests.conftest import compose_train
-from tests.wandb_records import config_and_history
 
 
 def run(overrides: list[str], output_dir: Path) -> dict:
@@ -117,3 +117,11 @@ def test_pretrained_backbone_trains_with_dropout_on(tmp_path):
     cfg = compose_train(["model=minilm"], output_dir=tmp_path)
     module = SentembModule(**{key: resolved_container(cfg[key]) for key in ("model", "pooling", "loss", "optimizer")})
     assert all(m.training for m in module.modules())
+
+
+def test_bf16_mixed_precision_run_is_finite(tiny_overrides, tmp_path):
+    # the autocast path of trainer=gpu (fp16) as far as a CPU can take it: bf16 autocast, float32 similarities
+    metrics = run([*tiny_overrides, "trainer.precision=bf16-mixed"], tmp_path)
+    rows = list(csv.DictReader((tmp_path / "csv" / "version_0" / "metrics.csv").open()))
+    assert all(math.isfinite(float(r["train/loss"])) for r in rows if r.get("train/loss"))
+    assert math.isfinite(metrics["stsb/test_spearman"])

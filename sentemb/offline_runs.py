@@ -1,4 +1,6 @@
-"""Read an offline W&B run's transaction log (`run-<id>.wandb`) in tests.
+"""Read an offline W&B run's transaction log (`run-<id>.wandb`): config and metric history.
+
+For notebooks and tests: an offline run can be analysed without syncing it anywhere.
 
 wandb ≥0.19 writes offline runs only as this log (LevelDB-log framing: a 7-byte file header,
 32 KiB blocks, records split into FULL/FIRST/MIDDLE/LAST chunks with a 7-byte header each) of
@@ -19,6 +21,7 @@ FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 
 
 def records(path: Path) -> list[wandb_internal_pb2.Record]:
+    """Every record of the log, in order."""
     data = path.read_bytes()
     ident, magic, version = struct.unpack("<4sHB", data[:HEADER])
     assert ident == b":W&B" and magic == 0xBEE1, f"{path} is not a W&B transaction log"
@@ -42,7 +45,7 @@ def records(path: Path) -> list[wandb_internal_pb2.Record]:
 
 
 def config_and_history(path: Path) -> tuple[dict, list[dict]]:
-    """The run's config (last value of each key) and its history rows."""
+    """The run's config (last value of each key) and its history rows (one dict per log call)."""
     config, history = {}, []
     for record in records(path):
         kind = record.WhichOneof("record_type")
