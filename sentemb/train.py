@@ -11,6 +11,7 @@ from typing import Any
 
 import hydra
 import lightning as L
+import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
@@ -40,14 +41,23 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     module = SentembModule(
         **{key: resolved_container(cfg[key]) for key in ("model", "pooling", "loss", "optimizer", "scheduler")}
     )
-    callbacks = [dev_eval] + [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
-    loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values()]
-    trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    trainer = build_trainer(cfg, extra_callbacks=[dev_eval])
     for logger in trainer.loggers:
         logger.log_hyperparams({k: resolved_container(v) for k, v in cfg.items() if k != "hydra"})  # all of it
 
     trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
     return report_best(trainer, dev_eval, cfg)
+
+
+def build_trainer(cfg: DictConfig, extra_callbacks: list[L.Callback] = (), **overrides: Any) -> L.Trainer:
+    """The configured Trainer with the configured callbacks and loggers (plus `extra_callbacks`)."""
+    callbacks = [*extra_callbacks, *(instantiate(c) for c in (cfg.get("callbacks") or {}).values())]
+    loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values()]
+    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, **overrides)
+    # deterministic=True also makes torch NaN-fill every new tensor, a debugging aid that costs ~2% of a
+    # CPU step; the algorithms stay the deterministic ones without it
+    torch.utils.deterministic.fill_uninitialized_memory = False
+    return trainer
 
 
 def report_best(trainer: L.Trainer, dev_eval: STSBDevEvaluation, cfg: DictConfig) -> dict[str, Any]:
