@@ -21,7 +21,7 @@ FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 
 
 def records(path: Path) -> list[wandb_internal_pb2.Record]:
-    """Every record of the log, in order."""
+    """Every complete record of the log, in order."""
     data = path.read_bytes()
     ident, magic, version = struct.unpack("<4sHB", data[:HEADER])
     assert ident == b":W&B" and magic == 0xBEE1, f"{path} is not a W&B transaction log"
@@ -32,8 +32,8 @@ def records(path: Path) -> list[wandb_internal_pb2.Record]:
             offset += room
             continue
         _checksum, length, kind = struct.unpack("<IHB", data[offset : offset + HEADER])
-        if kind == 0 and length == 0:
-            break
+        if (kind == 0 and length == 0) or offset + HEADER + length > len(data):
+            break  # the end, or a record W&B is still writing (it flushes after wandb.finish() returns)
         chunk = data[offset + HEADER : offset + HEADER + length]
         offset += HEADER + length
         pending = chunk if kind in (FULL, FIRST) else pending + chunk

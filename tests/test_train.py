@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import math
+import time
 from pathlib import Path
 
 import pytest
@@ -84,7 +85,7 @@ def test_wandb_offline_run_has_metrics_and_config(tiny_overrides, tmp_path, monk
     metrics = run(overrides, tmp_path)
     logs = list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(logs) == 1, "one offline W&B run per job"
-    config, history = config_and_history(logs[0])
+    config, history = wait_for_flush(logs[0], "stsb/test_spearman")
     for group in ("model", "pooling", "loss", "data", "trainer", "optimizer", "eval", "paths", "seed"):
         assert group in config, f"the W&B config lacks '{group}'"
     assert config["loss"]["temperature"] == 0.05 and config["data"]["corpus"].endswith("corpus.txt")
@@ -94,6 +95,16 @@ def test_wandb_offline_run_has_metrics_and_config(tiny_overrides, tmp_path, monk
     finals = [row for row in history if "stsb/test_spearman" in row]
     assert finals and finals[-1]["stsb/test_spearman"] == pytest.approx(metrics["stsb/test_spearman"])
     assert any("train/loss" in row for row in history)
+
+
+def wait_for_flush(log: Path, last_metric: str, timeout: float = 30.0) -> tuple[dict, list[dict]]:
+    """W&B's service may still be writing the log after wandb.finish() returns: wait for the last metric."""
+    deadline = time.monotonic() + timeout
+    while True:
+        config, history = config_and_history(log)
+        if any(last_metric in row for row in history) or time.monotonic() > deadline:
+            return config, history
+        time.sleep(0.2)
 
 
 def test_multirun_sweep_gives_one_directory_and_wandb_run_per_job(small_corpus, tmp_path):
