@@ -1,11 +1,17 @@
-"""STS-B as SentEval/SimCSE score it: cosine of the two embeddings, Spearman ×100, no regressor.
+"""STS tasks as SentEval/SimCSE score them: cosine of the two embeddings, correlation ×100.
 
-Sentences are read the way SentEval reads them: the line stripped and split on tabs, the
-sentence whitespace-tokenised and re-joined with single spaces (SimCSE's batcher).
+Reading follows SentEval's loaders: STS12–16 `STS.input.<subset>.txt` lines split on tabs
+(first two fields), pairs whose gold line is empty not scored; STS-B columns 5/6 and score
+column 4; SICK columns 1/2 and relatedness column 3 after a header. Every sentence is
+whitespace-tokenised and re-joined with single spaces (SimCSE's batcher). For each task,
+SentEval reports per-subset Pearson/Spearman, and over subsets 'all' (pairs pooled), 'mean'
+and 'wmean' (weighted by pair count); tables use STS12–16 'all' Spearman and the test split
+Spearman of STS-B and SICK-R.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,53 +20,127 @@ from scipy.stats import pearsonr, spearmanr
 
 from sentemb.errors import SentembConfigError
 
+STS_YEARS = {
+    "STS12": ("STS12-en-test", ("MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews")),
+    "STS13": ("STS13-en-test", ("FNWN", "headlines", "OnWN")),
+    "STS14": ("STS14-en-test", ("deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news")),
+    "STS15": ("STS15-en-test", ("answers-forums", "answers-students", "belief", "headlines", "images")),
+    "STS16": ("STS16-en-test", ("answer-answer", "headlines", "plagiarism", "postediting", "question-question")),
+}
 STSB_SPLITS = ("train", "dev", "test")
+SICK_FILES = {"train": "SICK_train.txt", "dev": "SICK_trial.txt", "test": "SICK_test_annotated.txt"}
+STS_TASKS = (*STS_YEARS, "STSBenchmark", "SICKRelatedness")
 
 
 @dataclass(frozen=True)
 class SentencePairs:
-    """Scored sentence pairs of one split."""
+    """Scored sentence pairs of one subset or split."""
 
     first: list[str]
     second: list[str]
     gold: np.ndarray
 
 
-def read_stsb_split(path: Path) -> SentencePairs:
-    """One STS-B csv (tab-separated: genre, file, year, id, score, sentence 1, sentence 2)."""
+def _tokens(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _score(text: str, path: Path, number: int) -> float:
+    try:
+        return float(text)
+    except ValueError as err:
+        raise SentembConfigError(
+            f"{path}:{number}: gold score {text!r} is not a number. Fix: restore the file from the SentEval download."
+        ) from err
+
+
+def _require(path: Path) -> Path:
     if not path.is_file():
         raise SentembConfigError(
-            f"STS-B file {path} does not exist. Fix: point SENTEMB_DATA (or paths.data_dir) at a data root holding "
-            "senteval/downstream/STS/STSBenchmark/sts-{train,dev,test}.csv, or run `make data`."
+            f"SentEval file {path} does not exist. Fix: point SENTEMB_DATA (or paths.data_dir) at a data root "
+            "holding senteval/downstream/ (see ../shared/data/README.md), or run `make data`."
+        )
+    return path
+
+
+def _columns(line: str, path: Path, number: int, needed: int, layout: str) -> list[str]:
+    columns = line.strip().split("\t") if layout != "input" else line.split("\t")
+    if len(columns) < needed:
+        raise SentembConfigError(
+            f"{path}:{number}: expected {needed} tab-separated columns ({layout}), found {len(columns)}. "
+            "Fix: restore the file from the SentEval download."
+        )
+    return columns
+
+
+def read_sts_subset(directory: Path, subset: str) -> SentencePairs:
+    """STS12–16 subset: `STS.input.<subset>.txt` (s1 TAB s2) and `STS.gs.<subset>.txt` (score or empty)."""
+    inputs = _require(directory / f"STS.input.{subset}.txt")
+    scores = _require(directory / f"STS.gs.{subset}.txt")
+    input_lines = inputs.read_text(encoding="utf-8").splitlines()
+    gold_lines = scores.read_text(encoding="utf-8").splitlines()
+    if len(input_lines) != len(gold_lines):
+        raise SentembConfigError(
+            f"{inputs} has {len(input_lines)} lines but {scores} has {len(gold_lines)}: they must pair line by line. "
+            "Fix: restore both files from the SentEval download."
         )
     first, second, gold = [], [], []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            columns = line.strip().split("\t")
-            if len(columns) < 7:
-                raise SentembConfigError(
-                    f"{path}:{number}: expected 7 tab-separated columns (genre, file, year, id, score, s1, s2), "
-                    f"found {len(columns)}. Fix: restore the file from the SentEval download."
-                )
-            try:
-                score = float(columns[4])
-            except ValueError as err:
-                raise SentembConfigError(
-                    f"{path}:{number}: gold score {columns[4]!r} is not a number. "
-                    "Fix: restore the file from the SentEval download."
-                ) from err
-            first.append(" ".join(columns[5].split()))
-            second.append(" ".join(columns[6].split()))
-            gold.append(score)
+    for number, (line, score) in enumerate(zip(input_lines, gold_lines, strict=True), start=1):
+        columns = _columns(line, inputs, number, 2, "input")
+        if score == "":  # SentEval: pairs without a gold score are not scored
+            continue
+        first.append(_tokens(columns[0]))
+        second.append(_tokens(columns[1]))
+        gold.append(_score(score, scores, number))
     return SentencePairs(first, second, np.asarray(gold, dtype=np.float64))
 
 
+def read_stsb_split(path: Path) -> SentencePairs:
+    """One STS-B csv (tab-separated: genre, file, year, id, score, sentence 1, sentence 2)."""
+    first, second, gold = [], [], []
+    with _require(path).open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            columns = _columns(line, path, number, 7, "genre, file, year, id, score, s1, s2")
+            first.append(_tokens(columns[5]))
+            second.append(_tokens(columns[6]))
+            gold.append(_score(columns[4], path, number))
+    return SentencePairs(first, second, np.asarray(gold, dtype=np.float64))
+
+
+def read_sick_split(path: Path) -> SentencePairs:
+    """One SICK file (header; pair_ID, sentence_A, sentence_B, relatedness_score, entailment_judgment)."""
+    first, second, gold = [], [], []
+    with _require(path).open(encoding="utf-8") as handle:
+        next(handle, None)
+        for number, line in enumerate(handle, start=2):
+            columns = _columns(line, path, number, 4, "pair_ID, sentence_A, sentence_B, relatedness_score, ...")
+            first.append(_tokens(columns[1]))
+            second.append(_tokens(columns[2]))
+            gold.append(_score(columns[3], path, number))
+    return SentencePairs(first, second, np.asarray(gold, dtype=np.float64))
+
+
+def load_sts_task(senteval_dir: Path, task: str, splits: Sequence[str] = STSB_SPLITS) -> dict[str, SentencePairs]:
+    """{subset or split: pairs} of one STS task under SentEval's `downstream/` folder."""
+    if task in STS_YEARS:
+        folder, subsets = STS_YEARS[task]
+        return {subset: read_sts_subset(senteval_dir / "STS" / folder, subset) for subset in subsets}
+    unknown = sorted(set(splits) - set(STSB_SPLITS))
+    if unknown:
+        raise SentembConfigError(f"unknown split(s) {unknown} for {task}; valid: {list(STSB_SPLITS)}")
+    if task == "STSBenchmark":
+        return {split: read_stsb_split(senteval_dir / "STS" / "STSBenchmark" / f"sts-{split}.csv") for split in splits}
+    if task == "SICKRelatedness":
+        return {split: read_sick_split(senteval_dir / "SICK" / SICK_FILES[split]) for split in splits}
+    raise SentembConfigError(f"unknown STS task {task!r}; valid: {list(STS_TASKS)}")
+
+
 def pairwise_cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Row-wise cosine similarity, in float64."""
+    """Row-wise cosine similarity, in float64 (a zero vector scores 0, as SentEval's nan_to_num gives)."""
     a = a.astype(np.float64)
     b = b.astype(np.float64)
     norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
-    return (a * b).sum(axis=1) / np.maximum(norms, 1e-12)
+    return np.divide((a * b).sum(axis=1), norms, out=np.zeros(len(a)), where=norms > 0)
 
 
 def correlations(predicted: np.ndarray, gold: np.ndarray) -> dict[str, float]:
@@ -71,15 +151,45 @@ def correlations(predicted: np.ndarray, gold: np.ndarray) -> dict[str, float]:
     }
 
 
+Embed = Callable[[list[str]], np.ndarray]
+
+
+def score_sts_task(subsets: dict[str, SentencePairs], embed: Embed) -> dict:
+    """Per-subset Pearson/Spearman/n and SentEval's aggregates over subsets: all (pooled), mean, wmean."""
+    per_subset, predicted, gold = {}, [], []
+    for name, pairs in subsets.items():
+        cosines = pairwise_cosine(embed(pairs.first), embed(pairs.second))
+        per_subset[name] = {**correlations(cosines, pairs.gold), "n": len(pairs.gold)}
+        predicted.append(cosines)
+        gold.append(pairs.gold)
+    pooled = correlations(np.concatenate(predicted), np.concatenate(gold))
+    weights = [scores["n"] for scores in per_subset.values()]
+    aggregate = {
+        metric: {
+            "all": pooled[metric],
+            "mean": float(np.mean([s[metric] for s in per_subset.values()])),
+            "wmean": float(np.average([s[metric] for s in per_subset.values()], weights=weights)),
+        }
+        for metric in ("pearson", "spearman")
+    }
+    return {"subsets": per_subset, "all": aggregate}
+
+
+def table_score(task: str, result: dict) -> float | None:
+    """The number papers print: 'all' Spearman for STS12–16, test Spearman for STS-B and SICK-R (None: not scored)."""
+    if task in STS_YEARS:
+        return result["all"]["spearman"]["all"]
+    return result["subsets"].get("test", {}).get("spearman")
+
+
 class STSBenchmark:
-    """STS-B splits, read once; `evaluate(encoder)` encodes and scores them."""
+    """STS-B splits, read once; `evaluate(encoder)` encodes and scores them (training-time dev evaluation)."""
 
     def __init__(self, directory: Path, splits: tuple[str, ...] = ("dev",)) -> None:
         unknown = sorted(set(splits) - set(STSB_SPLITS))
         if unknown:
             raise SentembConfigError(f"eval.splits: unknown STS-B split(s) {unknown}; valid: {list(STSB_SPLITS)}")
-        self.directory = Path(directory)
-        self.pairs = {split: read_stsb_split(self.directory / f"sts-{split}.csv") for split in splits}
+        self.pairs = {split: read_stsb_split(Path(directory) / f"sts-{split}.csv") for split in splits}
 
     def evaluate(self, encoder, batch_size: int = 128, show_progress: bool = False) -> dict[str, dict[str, float]]:
         """{split: {spearman, pearson}} for `encoder` (anything with SentenceEncoder.encode)."""

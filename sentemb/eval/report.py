@@ -1,0 +1,42 @@
+"""Markdown tables in the papers' layout."""
+
+from __future__ import annotations
+
+from typing import Any
+
+TABLE_NAMES = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R"}
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def sts_table(scores: dict[str, float]) -> list[str]:
+    names = [TABLE_NAMES.get(task, task) for task in scores] + (["Avg."] if len(scores) > 1 else [])
+    values = list(scores.values()) + ([sum(scores.values()) / len(scores)] if len(scores) > 1 else [])
+    return [_row(names), _row(["---"] * len(names)), _row([f"{v:.2f}" for v in values])]
+
+
+def markdown_report(results: dict[str, Any]) -> str:
+    source = results["source"]
+    what = source.get("checkpoint") or source["model"].get("name_or_path", "?")
+    lines = [f"# SentEval results: {what}", "", f"pooling: `{source['pooling'].get('_target_', '?')}`"]
+    if "sts_table" in results:
+        lines += ["", "## STS (Spearman ×100; STS12–16 'all', STS-B and SICK-R test)", ""]
+        lines += sts_table(results["sts_table"])
+        lines += ["", "| task | subset | Spearman | Pearson | n |", "|---|---|---|---|---|"]
+        for task, result in results["sts"].items():
+            for subset, s in result["subsets"].items():
+                lines.append(_row([task, subset, f"{s['spearman']:.2f}", f"{s['pearson']:.2f}", str(s["n"])]))
+            agg = result["all"]["spearman"]
+            lines.append(
+                _row([task, "all / mean / wmean", f"{agg['all']:.2f} / {agg['mean']:.2f} / {agg['wmean']:.2f}", "", ""])
+            )
+    if "alignment_uniformity" in results:
+        au = results["alignment_uniformity"]
+        lines += [
+            "",
+            f"alignment {au['alignment']:.4f}, uniformity {au['uniformity']:.4f} "
+            f"(STS-B {au['split']}: {au['positive_pairs']} pairs with gold ≥ 4, {au['sentences']} sentences)",
+        ]
+    return "\n".join(lines)

@@ -1,0 +1,108 @@
+"""`python -m sentemb.evaluate`: SentEval's STS and transfer tasks for a checkpoint or any HF model.
+
+Writes `results.json` and `results.md` into the run directory and prints the tables. All
+task data is read (and checked) before the model is loaded; every distinct sentence of
+every requested task is encoded once, through the same `encode()` training uses.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import hydra
+import torch
+from omegaconf import DictConfig, ListConfig
+
+from sentemb.config import register_resolvers
+from sentemb.encoder import SentenceEncoder
+from sentemb.errors import SentembConfigError
+from sentemb.eval.cache import EmbeddingCache
+from sentemb.eval.geometry import alignment_uniformity
+from sentemb.eval.report import markdown_report
+from sentemb.eval.sts import STS_TASKS, load_sts_task, score_sts_task, table_score
+from sentemb.module import SentembModule, build_encoder
+from sentemb.paths import resolve_data_root
+from sentemb.train import resolved_container
+
+register_resolvers()
+
+TASK_GROUPS = {"sts": list(STS_TASKS), "transfer": [], "all": list(STS_TASKS)}
+
+
+def resolve_tasks(spec: str | list[str]) -> list[str]:
+    """`sts`, `transfer`, `all`, or task names (a list or comma-separated)."""
+    if isinstance(spec, ListConfig | list | tuple):
+        names = [str(n) for n in spec]
+    else:
+        names = [n.strip() for n in str(spec).split(",") if n.strip()]
+    tasks: list[str] = []
+    valid = [*TASK_GROUPS, *STS_TASKS]
+    for name in names:
+        if name in TASK_GROUPS:
+            tasks += TASK_GROUPS[name]
+        elif name in STS_TASKS:
+            tasks.append(name)
+        else:
+            raise SentembConfigError(f"tasks: unknown task {name!r}. Valid: {', '.join(valid)}")
+    return list(dict.fromkeys(tasks))
+
+
+def load_encoder(cfg: DictConfig, device: torch.device) -> tuple[SentenceEncoder, dict[str, Any]]:
+    """The checkpoint's own encoder + pooling, or model= with pooling=."""
+    if cfg.checkpoint:
+        path = Path(cfg.checkpoint).expanduser()
+        if not path.is_file():
+            raise SentembConfigError(f"checkpoint={path} does not exist. Fix: pass a .ckpt written by sentemb.train.")
+        module = SentembModule.load_from_checkpoint(path, map_location=device, weights_only=False)
+        return module.encoder, {
+            "checkpoint": str(path),
+            "model": module.hparams.model,
+            "pooling": module.hparams.pooling,
+        }
+    model, pooling = resolved_container(cfg.model), resolved_container(cfg.pooling)
+    return build_encoder(model, pooling).to(device), {"model": model, "pooling": pooling}
+
+
+def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
+    tasks = resolve_tasks(cfg.tasks)
+    senteval_dir = resolve_data_root(cfg.paths.data_dir) / "senteval" / "downstream"
+    sts_data = {task: load_sts_task(senteval_dir, task, cfg.sts_splits) for task in tasks if task in STS_TASKS}
+    device = torch.device("cuda" if cfg.device == "auto" and torch.cuda.is_available() else
+                          "cpu" if cfg.device == "auto" else cfg.device)  # fmt: skip
+
+    encoder, source = load_encoder(cfg, device)
+    cache = EmbeddingCache(encoder, batch_size=cfg.batch_size, max_length=cfg.max_length)
+    cache.prefetch(s for subsets in sts_data.values() for pairs in subsets.values() for s in pairs.first + pairs.second)
+
+    results: dict[str, Any] = {"source": source, "tasks": tasks, "sentences_encoded": len(cache)}
+    if sts_data:
+        results["sts"] = {task: score_sts_task(subsets, cache) for task, subsets in sts_data.items()}
+        table = {task: table_score(task, result) for task, result in results["sts"].items()}
+        results["sts_table"] = {task: score for task, score in table.items() if score is not None}
+    if cfg.align_uniform_split in sts_data.get("STSBenchmark", {}):
+        pairs = sts_data["STSBenchmark"][cfg.align_uniform_split]
+        results["alignment_uniformity"] = {"split": cfg.align_uniform_split, **alignment_uniformity(pairs, cache)}
+
+    report = markdown_report(results)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    (output_dir / "results.md").write_text(report + "\n")
+    print("\n" + report + f"\n(written to {output_dir}/results.json and results.md)")
+    return results
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="eval")
+def main(cfg: DictConfig) -> None:
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        evaluate(cfg, Path(HydraConfig.get().runtime.output_dir))
+    except SentembConfigError as err:
+        sys.exit(f"sentemb: {err}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""SentEval's STS aggregates, alignment/uniformity, and `python -m sentemb.evaluate`."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+from sentemb.errors import SentembConfigError
+from sentemb.eval.geometry import alignment, uniformity
+from sentemb.eval.sts import SentencePairs, load_sts_task, read_sts_subset, score_sts_task
+from sentemb.evaluate import evaluate, resolve_tasks
+from tests.conftest import CONF_DIR
+
+
+def spearman_by_ranks(x, y) -> float:
+    """Independent Spearman for tie-free data: 1 − 6 Σd² / (n(n² − 1)), ×100."""
+    rx, ry = np.argsort(np.argsort(x)), np.argsort(np.argsort(y))
+    n = len(x)
+    return 100 * (1 - 6 * float(((rx - ry) ** 2).sum()) / (n * (n * n - 1)))
+
+
+def embed_as_angle(sentences):
+    """'a<θ>' embeds as (cos θ, sin θ), so the cosine of a pair with 'a0' is cos θ."""
+    return np.array([[math.cos(float(s[1:])), math.sin(float(s[1:]))] for s in sentences])
+
+
+def pairs(angles, gold):
+    return SentencePairs(["a0"] * len(angles), [f"a{t}" for t in angles], np.asarray(gold, dtype=float))
+
+
+def test_aggregates_all_mean_wmean():
+    # cosine = cos θ decreases with θ; each subset's gold order is hand-set against it
+    s1 = pairs([0.1, 0.5, 0.9, 1.3], [4.0, 3.0, 1.0, 2.0])
+    s2 = pairs([0.2, 0.6, 1.0, 1.4, 1.5, 1.55], [5.0, 4.5, 3.5, 0.5, 1.5, 0.0])  # no ties across subsets
+    result = score_sts_task({"s1": s1, "s2": s2}, embed_as_angle)
+    cos1, cos2 = np.cos([0.1, 0.5, 0.9, 1.3]), np.cos([0.2, 0.6, 1.0, 1.4, 1.5, 1.55])
+    r1, r2 = spearman_by_ranks(cos1, s1.gold), spearman_by_ranks(cos2, s2.gold)
+    assert result["subsets"]["s1"]["spearman"] == pytest.approx(r1)
+    assert result["subsets"]["s2"]["spearman"] == pytest.approx(r2)
+    agg = result["all"]["spearman"]
+    assert agg["mean"] == pytest.approx((r1 + r2) / 2)
+    assert agg["wmean"] == pytest.approx((4 * r1 + 6 * r2) / 10)
+    pooled = spearman_by_ranks(np.concatenate([cos1, cos2]), np.concatenate([s1.gold, s2.gold]))
+    assert agg["all"] == pytest.approx(pooled)
+    # 'all' pools the pairs, so it is neither average: the tables' number is not 'wmean'
+    assert abs(agg["all"] - agg["wmean"]) > 1 and abs(agg["all"] - agg["mean"]) > 1
+
+
+def test_sts_subset_skips_empty_gold_and_names_bad_lines(tmp_path):
+    (tmp_path / "STS.input.x.txt").write_text("a  b\tc\nd\te\nf\tg\n", encoding="utf-8")
+    (tmp_path / "STS.gs.x.txt").write_text("1.5\n\n4\n", encoding="utf-8")
+    subset = read_sts_subset(tmp_path, "x")
+    assert subset.first == ["a b", "f"] and subset.second == ["c", "g"] and subset.gold.tolist() == [1.5, 4.0]
+    (tmp_path / "STS.input.x.txt").write_text("a\tc\nno tab here\nf\tg\n", encoding="utf-8")
+    with pytest.raises(SentembConfigError, match=r"STS.input.x.txt:2: expected 2"):
+        read_sts_subset(tmp_path, "x")
+
+
+def test_missing_task_folder_names_the_file(tmp_path):
+    with pytest.raises(SentembConfigError, match=r"STS13-en-test/STS.input.FNWN.txt does not exist"):
+        load_sts_task(tmp_path, "STS13")
+
+
+def test_unknown_task_lists_valid_ones():
+    with pytest.raises(SentembConfigError, match="Valid: sts, transfer, all, STS12"):
+        resolve_tasks("STS12,STS17")
+    assert resolve_tasks("STS12, STSBenchmark,STS12") == ["STS12", "STSBenchmark"]
+
+
+def test_alignment_and_uniformity_on_known_geometry():
+    # alignment: pairs at angle θ on the unit circle are 2 − 2cos θ apart (squared)
+    a = embed_as_angle(["a0", "a0"])
+    b = embed_as_angle(["a1.0", "a0.5"])
+    expected = ((2 - 2 * math.cos(1.0)) + (2 - 2 * math.cos(0.5))) / 2
+    assert alignment(3 * a, b) == pytest.approx(expected)
+    # uniformity: the 4 corners of a square: 4 sides with d² = 2, 2 diagonals with d² = 4
+    square = np.array([[1, 0], [0, 1], [-1, 0], [0, -1]], dtype=float)
+    assert uniformity(square) == pytest.approx(math.log((4 * math.exp(-4) + 2 * math.exp(-8)) / 6))
+
+
+def compose_eval(overrides):
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose("eval", overrides=overrides)
+
+
+def test_evaluate_writes_results_for_a_tiny_model(tmp_path):
+    cfg = compose_eval(["model=tiny", "tasks=[STS16,STSBenchmark]", "sts_splits=[dev,test]"])
+    results = evaluate(cfg, tmp_path)
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert set(saved["sts_table"]) == {"STS16", "STSBenchmark"}
+    assert saved["sts_table"]["STS16"] == results["sts"]["STS16"]["all"]["spearman"]["all"]
+    assert "| STS16 | STS-B | Avg. |" in (tmp_path / "results.md").read_text()
+    assert saved["alignment_uniformity"]["positive_pairs"] > 0
+
+
+def test_checkpoint_evaluated_offline_gives_the_logged_dev_score(tiny_overrides, tmp_path):
+    from sentemb.train import train
+    from tests.conftest import compose_train
+
+    metrics = train(compose_train(tiny_overrides, output_dir=tmp_path / "train"))
+    cfg = compose_eval([f"checkpoint={metrics['best_checkpoint']}", "tasks=STSBenchmark", "sts_splits=[dev]"])
+    offline = evaluate(cfg, tmp_path / "eval")["sts"]["STSBenchmark"]["subsets"]["dev"]["spearman"]
+    assert offline == metrics["stsb/dev_spearman_best"]
+
+
+def test_bad_checkpoint_path(tmp_path):
+    with pytest.raises(SentembConfigError, match="does not exist"):
+        evaluate(compose_eval([f"checkpoint={tmp_path}/none.ckpt", "tasks=STS12"]), tmp_path)
+
+
+def test_evaluate_reads_data_before_loading_the_model(tmp_path, monkeypatch):
+    import sentemb.backbones
+
+    monkeypatch.setattr(sentemb.backbones, "tiny_bert", lambda **_: pytest.fail("model loaded first"))
+    with pytest.raises(SentembConfigError, match="does not exist"):
+        evaluate(compose_eval(["model=tiny", "tasks=STS12", f"paths.data_dir={tmp_path}"]), tmp_path / "out")
