@@ -23,13 +23,14 @@ from sentemb.eval.cache import EmbeddingCache
 from sentemb.eval.geometry import alignment_uniformity
 from sentemb.eval.report import markdown_report
 from sentemb.eval.sts import STS_TASKS, load_sts_task, score_sts_task, table_score
+from sentemb.eval.transfer import TRANSFER_TASKS, load_transfer_task, run_transfer_task, transfer_sentences
 from sentemb.module import SentembModule, build_encoder
 from sentemb.paths import resolve_data_root
 from sentemb.train import resolved_container
 
 register_resolvers()
 
-TASK_GROUPS = {"sts": list(STS_TASKS), "transfer": [], "all": list(STS_TASKS)}
+TASK_GROUPS = {"sts": list(STS_TASKS), "transfer": list(TRANSFER_TASKS), "all": [*STS_TASKS, *TRANSFER_TASKS]}
 
 
 def resolve_tasks(spec: str | list[str]) -> list[str]:
@@ -39,11 +40,11 @@ def resolve_tasks(spec: str | list[str]) -> list[str]:
     else:
         names = [n.strip() for n in str(spec).split(",") if n.strip()]
     tasks: list[str] = []
-    valid = [*TASK_GROUPS, *STS_TASKS]
+    valid = [*TASK_GROUPS, *STS_TASKS, *TRANSFER_TASKS]
     for name in names:
         if name in TASK_GROUPS:
             tasks += TASK_GROUPS[name]
-        elif name in STS_TASKS:
+        elif name in valid:
             tasks.append(name)
         else:
             raise SentembConfigError(f"tasks: unknown task {name!r}. Valid: {', '.join(valid)}")
@@ -70,12 +71,16 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
     tasks = resolve_tasks(cfg.tasks)
     senteval_dir = resolve_data_root(cfg.paths.data_dir) / "senteval" / "downstream"
     sts_data = {task: load_sts_task(senteval_dir, task, cfg.sts_splits) for task in tasks if task in STS_TASKS}
+    transfer_data = {task: load_transfer_task(senteval_dir, task) for task in tasks if task in TRANSFER_TASKS}
     device = torch.device("cuda" if cfg.device == "auto" and torch.cuda.is_available() else
                           "cpu" if cfg.device == "auto" else cfg.device)  # fmt: skip
 
     encoder, source = load_encoder(cfg, device)
     cache = EmbeddingCache(encoder, batch_size=cfg.batch_size, max_length=cfg.max_length)
-    cache.prefetch(s for subsets in sts_data.values() for pairs in subsets.values() for s in pairs.first + pairs.second)
+    cache.prefetch(
+        [s for subsets in sts_data.values() for pairs in subsets.values() for s in pairs.first + pairs.second]
+        + [s for data in transfer_data.values() for s in transfer_sentences(data)]
+    )
 
     results: dict[str, Any] = {"source": source, "tasks": tasks, "sentences_encoded": len(cache)}
     if sts_data:
@@ -86,6 +91,12 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
         pairs = sts_data["STSBenchmark"][cfg.align_uniform_split]
         results["alignment_uniformity"] = {"split": cfg.align_uniform_split, **alignment_uniformity(pairs, cache)}
 
+    if transfer_data:
+        results["transfer_mode"] = cfg.mode
+        results["transfer"] = {
+            task: run_transfer_task(task, data, cache, cfg.mode, cfg.jobs, cfg.mrpc_features)
+            for task, data in transfer_data.items()
+        }
     report = markdown_report(results)
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
