@@ -32,7 +32,7 @@ class SentenceEncoder(nn.Module):
         hidden = self.backbone(**inputs).last_hidden_state
         return self.pooling(hidden, batch["attention_mask"], train_head=train_head)
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def encode(
         self,
         sentences: Sequence[str],
@@ -42,32 +42,29 @@ class SentenceEncoder(nn.Module):
     ) -> np.ndarray:
         """Embed sentences in eval mode, no grad, float32; no truncation unless `max_length` is given.
 
-        Each distinct sentence is encoded once, in batches of similar length (longest first),
-        and the rows come back in the input order.
+        Each distinct sentence is tokenised once (one batched call), encoded once, in batches of
+        equal-ish token count (longest first, so padding is minimal), and the rows come back
+        in the input order.
         """
         unique = list(dict.fromkeys(sentences))
-        order = sorted(range(len(unique)), key=lambda i: -len(unique[i]))
+        if not unique:
+            return np.zeros((0, self.hidden_size), dtype=np.float32)
+        tokens = self.tokenizer(unique, truncation=max_length is not None, max_length=max_length)
+        order = sorted(range(len(unique)), key=lambda i: -len(tokens["input_ids"][i]))
         device = next(self.backbone.parameters()).device
+        # padding pre-tokenised rows is what DataCollatorWithPadding does too; the hint to call the tokenizer is moot
+        self.tokenizer.deprecation_warnings["Asking-to-pad-a-fast-tokenizer"] = True
         was_training = self.training
         self.eval()
         try:
             chunks = []
-            starts = range(0, len(order), batch_size)
-            for start in tqdm(starts, desc="encode", disable=not show_progress, leave=False):
-                texts = [unique[i] for i in order[start : start + batch_size]]
-                tokens = self.tokenizer(
-                    texts,
-                    padding=True,
-                    truncation=max_length is not None,
-                    max_length=max_length,
-                    return_tensors="pt",
-                ).to(device)
+            for start in tqdm(range(0, len(order), batch_size), desc="encode", disable=not show_progress, leave=False):
+                rows = [{key: values[i] for key, values in tokens.items()} for i in order[start : start + batch_size]]
+                batch = self.tokenizer.pad(rows, return_tensors="pt").to(device)
                 with torch.autocast(device_type=device.type, enabled=False):
-                    chunks.append(self(tokens).float().cpu())
+                    chunks.append(self(batch).float().cpu())
         finally:
             self.train(was_training)
-        if not chunks:
-            return np.zeros((0, self.hidden_size), dtype=np.float32)
         stacked = torch.cat(chunks)
         embeddings = torch.empty_like(stacked)
         embeddings[torch.tensor(order)] = stacked
