@@ -20,9 +20,10 @@ from sentemb.config import register_resolvers
 from sentemb.encoder import SentenceEncoder
 from sentemb.errors import SentembConfigError
 from sentemb.eval.cache import EmbeddingCache
+from sentemb.eval.figures import similarity_density_figure
 from sentemb.eval.geometry import alignment_uniformity
 from sentemb.eval.report import markdown_report
-from sentemb.eval.sts import STS_TASKS, load_sts_task, score_sts_task, table_score
+from sentemb.eval.sts import STS_TASKS, load_sts_task, pairwise_cosine, score_sts_task, table_score
 from sentemb.eval.transfer import TRANSFER_TASKS, load_transfer_task, run_transfer_task, transfer_sentences
 from sentemb.module import SentembModule, build_encoder
 from sentemb.paths import resolve_data_root
@@ -97,12 +98,58 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
             task: run_transfer_task(task, data, cache, cfg.mode, cfg.jobs, cfg.mrpc_features)
             for task, data in transfer_data.items()
         }
+    if cfg.figure:
+        test = (
+            sts_data.get("STSBenchmark", {}).get("test")
+            or load_sts_task(senteval_dir, "STSBenchmark", ["test"])["test"]
+        )
+        figure = output_dir / "stsb_test_similarity_density.png"
+        output_dir.mkdir(parents=True, exist_ok=True)
+        cosines = pairwise_cosine(cache(test.first), cache(test.second))
+        counts = similarity_density_figure(cosines, test.gold, figure, f"STS-B test: {describe(source)}")
+        results["figure"] = {"path": str(figure), "pairs_per_bucket": counts}
     report = markdown_report(results)
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (output_dir / "results.md").write_text(report + "\n")
     print("\n" + report + f"\n(written to {output_dir}/results.json and results.md)")
+    log_to_wandb(results, cfg, output_dir)
     return results
+
+
+def describe(source: dict[str, Any]) -> str:
+    pooling = source["pooling"].get("_target_", "?").rsplit(".", 1)[-1]
+    return f"{Path(source.get('checkpoint') or source['model'].get('name_or_path', '?')).name}, {pooling}"
+
+
+def flat_metrics(results: dict[str, Any]) -> dict[str, float]:
+    """eval/<task> table numbers, eval/<task>/<subset>_spearman, transfer accuracies, alignment/uniformity."""
+    metrics = {f"eval/{task}": score for task, score in results.get("sts_table", {}).items()}
+    for task, result in results.get("sts", {}).items():
+        metrics |= {f"eval/{task}/{name}_spearman": s["spearman"] for name, s in result["subsets"].items()}
+    metrics |= {f"eval/{task}_acc": r["acc"] for task, r in results.get("transfer", {}).items()}
+    au = results.get("alignment_uniformity", {})
+    metrics |= {f"eval/{key}": au[key] for key in ("alignment", "uniformity") if key in au}
+    return metrics
+
+
+def log_to_wandb(results: dict[str, Any], cfg: DictConfig, output_dir: Path) -> None:
+    """Into the active W&B run, or the one named by wandb_run_id (resumed; offline unless configured online)."""
+    import wandb
+
+    from sentemb.config import wandb_offline
+
+    run = wandb.run
+    if run is None and cfg.get("wandb_run_id"):
+        mode = "offline" if wandb_offline() else "online"
+        run = wandb.init(project=cfg.wandb_project, id=cfg.wandb_run_id, resume="allow", dir=output_dir, mode=mode)
+    if run is None:
+        return
+    run.summary.update(flat_metrics(results))
+    if "figure" in results:
+        run.log({"eval/stsb_test_similarity_density": wandb.Image(results["figure"]["path"])})
+    if cfg.get("wandb_run_id"):
+        run.finish()
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="eval")

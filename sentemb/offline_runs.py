@@ -56,3 +56,14 @@ def config_and_history(path: Path) -> tuple[dict, list[dict]]:
                 {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
             )
     return config, history
+
+
+def summary(path: Path) -> dict:
+    """The run's summary (last value of each key)."""
+    values = {}
+    for record in records(path):
+        if record.WhichOneof("record_type") == "summary":
+            values.update(
+                {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.summary.update}
+            )
+    return values

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -120,3 +122,20 @@ def test_evaluate_reads_data_before_loading_the_model(tmp_path, monkeypatch):
     monkeypatch.setattr(sentemb.backbones, "tiny_bert", lambda **_: pytest.fail("model loaded first"))
     with pytest.raises(SentembConfigError, match="does not exist"):
         evaluate(compose_eval(["model=tiny", "tasks=STS12", f"paths.data_dir={tmp_path}"]), tmp_path / "out")
+
+
+def test_figure_and_wandb_attachment(tmp_path, monkeypatch):
+    from sentemb.offline_runs import summary
+
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    overrides = ["model=tiny", "tasks=[STSBenchmark]", "sts_splits=[test]", "figure=true", "wandb_run_id=evaltest"]
+    results = evaluate(compose_eval(overrides), tmp_path)
+    png = Path(results["figure"]["path"])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sum(results["figure"]["pairs_per_bucket"].values()) == 1379, "every STS-B test pair is in one bucket"
+    [log] = list(tmp_path.glob("wandb/offline-run-*-evaltest/run-evaltest.wandb"))
+    deadline = time.monotonic() + 30  # W&B's service may still be flushing after finish()
+    while "eval/STSBenchmark" not in (logged := summary(log)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert logged["eval/STSBenchmark"] == pytest.approx(results["sts_table"]["STSBenchmark"])

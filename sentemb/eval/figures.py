@@ -1,0 +1,32 @@
+"""Figures a person looks at: predicted-similarity density per gold-score bucket (SARCSE Fig. 3)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; no display needed
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from scipy.stats import gaussian_kde  # noqa: E402
+
+BUCKETS = ((0, 1), (1, 2), (2, 3), (3, 4), (4, 5))
+
+
+def similarity_density_figure(cosines: np.ndarray, gold: np.ndarray, path: Path, title: str) -> dict[str, int]:
+    """One density curve of predicted cosine per gold bucket [0,1) … [4,5]; returns pairs per bucket."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    grid = np.linspace(min(-0.2, cosines.min()), 1.0, 400)
+    counts = {}
+    for low, high in BUCKETS:
+        inside = (gold >= low) & ((gold < high) if high < 5 else (gold <= high))
+        counts[f"{low}-{high}"] = int(inside.sum())
+        if inside.sum() > 1:
+            ax.plot(grid, gaussian_kde(cosines[inside])(grid), label=f"gold {low}–{high} (n={inside.sum()})")
+    ax.set(xlabel="predicted cosine similarity", ylabel="density", title=title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return counts
