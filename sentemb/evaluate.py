@@ -73,14 +73,17 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
     senteval_dir = resolve_data_root(cfg.paths.data_dir) / "senteval" / "downstream"
     sts_data = {task: load_sts_task(senteval_dir, task, cfg.sts_splits) for task in tasks if task in STS_TASKS}
     transfer_data = {task: load_transfer_task(senteval_dir, task) for task in tasks if task in TRANSFER_TASKS}
-    device = torch.device("cuda" if cfg.device == "auto" and torch.cuda.is_available() else
-                          "cpu" if cfg.device == "auto" else cfg.device)  # fmt: skip
+    if transfer_data and cfg.mode not in ("full", "fast"):
+        raise SentembConfigError(f"mode={cfg.mode!r}: use 'full' (SentEval, k=10) or 'fast' (k=5, fewer C values)")
+    figure_pairs = load_sts_task(senteval_dir, "STSBenchmark", ["test"])["test"] if cfg.figure else None
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device)
 
     encoder, source = load_encoder(cfg, device)
     cache = EmbeddingCache(encoder, batch_size=cfg.batch_size, max_length=cfg.max_length)
     cache.prefetch(
         [s for subsets in sts_data.values() for pairs in subsets.values() for s in pairs.first + pairs.second]
         + [s for data in transfer_data.values() for s in transfer_sentences(data)]
+        + (figure_pairs.first + figure_pairs.second if figure_pairs else [])
     )
 
     results: dict[str, Any] = {"source": source, "tasks": tasks, "sentences_encoded": len(cache)}
@@ -98,15 +101,11 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
             task: run_transfer_task(task, data, cache, cfg.mode, cfg.jobs, cfg.mrpc_features)
             for task, data in transfer_data.items()
         }
-    if cfg.figure:
-        test = (
-            sts_data.get("STSBenchmark", {}).get("test")
-            or load_sts_task(senteval_dir, "STSBenchmark", ["test"])["test"]
-        )
+    if figure_pairs:
         figure = output_dir / "stsb_test_similarity_density.png"
         output_dir.mkdir(parents=True, exist_ok=True)
-        cosines = pairwise_cosine(cache(test.first), cache(test.second))
-        counts = similarity_density_figure(cosines, test.gold, figure, f"STS-B test: {describe(source)}")
+        cosines = pairwise_cosine(cache(figure_pairs.first), cache(figure_pairs.second))
+        counts = similarity_density_figure(cosines, figure_pairs.gold, figure, f"STS-B test: {describe(source)}")
         results["figure"] = {"path": str(figure), "pairs_per_bucket": counts}
     report = markdown_report(results)
     output_dir.mkdir(parents=True, exist_ok=True)

@@ -139,3 +139,11 @@ def test_figure_and_wandb_attachment(tmp_path, monkeypatch):
     while "eval/STSBenchmark" not in (logged := summary(log)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert logged["eval/STSBenchmark"] == pytest.approx(results["sts_table"]["STSBenchmark"])
+
+
+def test_unknown_transfer_mode_fails_before_the_model(tmp_path, monkeypatch):
+    import sentemb.backbones
+
+    monkeypatch.setattr(sentemb.backbones, "tiny_bert", lambda **_: pytest.fail("model loaded first"))
+    with pytest.raises(SentembConfigError, match="mode='quick'"):
+        evaluate(compose_eval(["model=tiny", "tasks=[TREC]", "mode=quick"]), tmp_path)
