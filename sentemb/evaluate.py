@@ -118,7 +118,9 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
 
 def describe(source: dict[str, Any]) -> str:
     pooling = source["pooling"].get("_target_", "?").rsplit(".", 1)[-1]
-    return f"{Path(source.get('checkpoint') or source['model'].get('name_or_path', '?')).name}, {pooling}"
+    path = Path(source.get("checkpoint") or source["model"].get("name_or_path", "?"))
+    name = path.parent.name if path.name == "model" else path.name  # a packaged model's folder is called model/
+    return f"{name}, {pooling}"
 
 
 def flat_metrics(results: dict[str, Any]) -> dict[str, float]:
