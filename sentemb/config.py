@@ -26,9 +26,14 @@ def wandb_offline() -> bool:
     return not os.environ.get("WANDB_API_KEY")
 
 
+def wandb_mode() -> str:
+    """wandb.init's mode, passed explicitly: wandb reads the environment only when its process singleton starts."""
+    return "offline" if wandb_offline() else "online"
+
+
 def register_resolvers() -> None:
     OmegaConf.register_new_resolver("packaged_model", packaged_model_path, replace=True)
-    OmegaConf.register_new_resolver("wandb_offline", wandb_offline, replace=True)
+    OmegaConf.register_new_resolver("wandb_mode", wandb_mode, replace=True)
 
 
 register_resolvers()

@@ -138,12 +138,13 @@ def log_to_wandb(results: dict[str, Any], cfg: DictConfig, output_dir: Path) -> 
     """Into the active W&B run, or the one named by wandb_run_id (resumed; offline unless configured online)."""
     import wandb
 
-    from sentemb.config import wandb_offline
+    from sentemb.config import wandb_mode
 
     run = wandb.run
     if run is None and cfg.get("wandb_run_id"):
-        mode = "offline" if wandb_offline() else "online"
-        run = wandb.init(project=cfg.wandb_project, id=cfg.wandb_run_id, resume="allow", dir=output_dir, mode=mode)
+        run = wandb.init(
+            project=cfg.wandb_project, id=cfg.wandb_run_id, resume="allow", dir=output_dir, mode=wandb_mode()
+        )
     if run is None:
         return
     run.summary.update(flat_metrics(results))

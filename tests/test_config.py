@@ -54,12 +54,12 @@ def test_logger_instantiates(option, tmp_path, monkeypatch):
     loggers = [instantiate(c) for c in (cfg.logger or {}).values()]
     assert len(loggers) == (0 if option == "none" else 1)
     if option == "wandb":
-        assert cfg.logger.wandb.offline is True, "W&B must default to offline when nothing configures it online"
+        assert cfg.logger.wandb.mode == "offline", "W&B must default to offline when nothing configures it online"
 
 
 def test_wandb_goes_online_when_configured(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "online")
-    assert compose_train(["logger=wandb"], tmp_path).logger.wandb.offline is False
+    assert compose_train(["logger=wandb"], tmp_path).logger.wandb.mode == "online"
 
 
 def test_experiment_overrides_reach_the_config(tmp_path):
