@@ -95,29 +95,29 @@ def read_sts_subset(directory: Path, subset: str) -> SentencePairs:
     return SentencePairs(first, second, np.asarray(gold, dtype=np.float64))
 
 
-def read_stsb_split(path: Path) -> SentencePairs:
-    """One STS-B csv (tab-separated: genre, file, year, id, score, sentence 1, sentence 2)."""
+def _read_scored_pairs(path: Path, columns: tuple[int, int, int], layout: str, header: bool) -> SentencePairs:
+    """A tab-separated file of scored pairs; `columns` = (sentence 1, sentence 2, score) indices."""
+    first_at, second_at, score_at = columns
     first, second, gold = [], [], []
     with _require(path).open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            columns = _columns(line, path, number, 7, "genre, file, year, id, score, s1, s2")
-            first.append(_tokens(columns[5]))
-            second.append(_tokens(columns[6]))
-            gold.append(_score(columns[4], path, number))
+        if header:
+            next(handle, None)
+        for number, line in enumerate(handle, start=2 if header else 1):
+            fields = _columns(line, path, number, max(columns) + 1, layout)
+            first.append(_tokens(fields[first_at]))
+            second.append(_tokens(fields[second_at]))
+            gold.append(_score(fields[score_at], path, number))
     return SentencePairs(first, second, np.asarray(gold, dtype=np.float64))
+
+
+def read_stsb_split(path: Path) -> SentencePairs:
+    """One STS-B csv (tab-separated: genre, file, year, id, score, sentence 1, sentence 2)."""
+    return _read_scored_pairs(path, (5, 6, 4), "genre, file, year, id, score, s1, s2", header=False)
 
 
 def read_sick_split(path: Path) -> SentencePairs:
     """One SICK file (header; pair_ID, sentence_A, sentence_B, relatedness_score, entailment_judgment)."""
-    first, second, gold = [], [], []
-    with _require(path).open(encoding="utf-8") as handle:
-        next(handle, None)
-        for number, line in enumerate(handle, start=2):
-            columns = _columns(line, path, number, 4, "pair_ID, sentence_A, sentence_B, relatedness_score, ...")
-            first.append(_tokens(columns[1]))
-            second.append(_tokens(columns[2]))
-            gold.append(_score(columns[3], path, number))
-    return SentencePairs(first, second, np.asarray(gold, dtype=np.float64))
+    return _read_scored_pairs(path, (1, 2, 3), "pair_ID, sentence_A, sentence_B, relatedness_score, ...", header=True)
 
 
 def load_sts_task(senteval_dir: Path, task: str, splits: Sequence[str] = STSB_SPLITS) -> dict[str, SentencePairs]:
