@@ -53,7 +53,7 @@ def test_pairwise_cosine():
 class ToyEncoder:
     """Embeds a sentence as (length, number of 'a'): enough to score a hand-made benchmark."""
 
-    def encode(self, sentences, batch_size=128, show_progress=False):
+    def encode(self, sentences, **options):
         return np.array([[len(s), s.count("a") + 1.0] for s in sentences], dtype=np.float32)
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from scipy.stats import pearsonr, spearmanr
 
 from sentemb.errors import SentembConfigError
+from sentemb.eval.cache import EmbeddingCache
 
 STS_YEARS = {
     "STS12": ("STS12-en-test", ("MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews")),
@@ -193,12 +194,9 @@ class STSBenchmark:
 
     def evaluate(self, encoder, batch_size: int = 128, show_progress: bool = False) -> dict[str, dict[str, float]]:
         """{split: {spearman, pearson}} for `encoder` (anything with SentenceEncoder.encode)."""
-        sentences = [s for pairs in self.pairs.values() for s in pairs.first + pairs.second]
-        embeddings = encoder.encode(sentences, batch_size=batch_size, show_progress=show_progress)
-        row = {sentence: i for i, sentence in enumerate(sentences)}
-        scores = {}
-        for split, pairs in self.pairs.items():
-            a = embeddings[[row[s] for s in pairs.first]]
-            b = embeddings[[row[s] for s in pairs.second]]
-            scores[split] = correlations(pairwise_cosine(a, b), pairs.gold)
-        return scores
+        cache = EmbeddingCache(encoder, batch_size=batch_size, show_progress=show_progress)
+        cache.prefetch(s for pairs in self.pairs.values() for s in pairs.first + pairs.second)
+        return {
+            split: correlations(pairwise_cosine(cache(pairs.first), cache(pairs.second)), pairs.gold)
+            for split, pairs in self.pairs.items()
+        }
