@@ -63,8 +63,11 @@ class SentembModule(L.LightningModule):
             z1, z2 = gather_with_grad(z1), gather_with_grad(z2)
         output: LossOutput = self.loss(z1, z2)
         self.log("train/loss", output.loss, prog_bar=True, batch_size=n)
-        if output.stats:
-            self.log_dict({f"train/{name}": value for name, value in output.stats.items()}, batch_size=n)
+        # each term of a weighted sum, and the paradigm's telemetry (Figures 7–9), every step
+        logged = {f"train/loss/{label}": value for label, value in output.terms.items()}
+        logged.update({f"paradigm/{name}": value for name, value in output.stats.items()})
+        if logged:
+            self.log_dict(logged, batch_size=n)
         return output.loss
 
     def configure_optimizers(self) -> dict[str, Any]:

@@ -61,8 +61,8 @@ def test_non_utf8_line(tmp_path):
 
 @pytest.mark.parametrize("tau", ["0", "-0.05"])
 def test_non_positive_temperature(tau, tmp_path):
-    message = fails([f"loss.temperature={tau}"], tmp_path)
-    assert "loss.temperature" in message and "> 0" in message
+    message = fails([f"loss.tau={tau}"], tmp_path)
+    assert "loss.tau" in message and "> 0" in message
 
 
 def test_missing_stsb_files(tmp_path):
@@ -83,8 +83,8 @@ def test_cli_reports_config_error_plainly(tmp_path):
     import subprocess
     import sys
 
-    command = [sys.executable, "-m", "sentemb.train", "model=tiny", "loss.temperature=0", f"hydra.run.dir={tmp_path}"]
+    command = [sys.executable, "-m", "sentemb.train", "model=tiny", "loss.tau=0", f"hydra.run.dir={tmp_path}"]
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode == 1
-    assert result.stderr.strip().splitlines()[-1].startswith("sentemb: loss.temperature=0 must be > 0")
+    assert result.stderr.strip().splitlines()[-1].startswith("sentemb: loss.tau=0 must be a number > 0")
     assert "Traceback" not in result.stderr

@@ -41,7 +41,10 @@ def test_pooling_instantiates(option, tmp_path):
 def test_loss_instantiates(option, tmp_path):
     import torch
 
-    loss = instantiate(compose_train([f"loss={option}"], tmp_path).loss)
+    overrides = [f"loss={option}"]
+    if option == "sum":  # a weighted sum names its terms on the command line
+        overrides.append("loss.terms={infonce: {weight: 1.0}, mmhe: {weight: 0.5, r: 1.5}}")
+    loss = instantiate(compose_train(overrides, tmp_path).loss)
     out = loss(torch.randn(8, 16), torch.randn(8, 16))
     assert isinstance(out, LossOutput) and torch.isfinite(out.loss)
 

@@ -41,8 +41,34 @@ def test_tiny_training_run_keeps_the_best_checkpoint(tiny_overrides, tmp_path):
 def test_two_views_differ_by_dropout_during_training(tiny_overrides, tmp_path):
     run([*tiny_overrides, "trainer.log_every_n_steps=1"], tmp_path)
     rows = list(csv.DictReader((tmp_path / "csv" / "version_0" / "metrics.csv").open()))
-    cos_pos = [float(r["train/cos_pos"]) for r in rows if r.get("train/cos_pos")]
+    cos_pos = [float(r["paradigm/cos_pos"]) for r in rows if r.get("paradigm/cos_pos")]
     assert len(cos_pos) == 4 and max(cos_pos) < 0.9999, "dropout must be on in training: the views must differ"
+
+
+def test_paradigm_telemetry_and_each_term_of_a_sum_are_logged_every_step(tiny_overrides, tmp_path):
+    terms = "loss.terms={paradigm: {weight: 1.0, r: met}, mbarlow: {weight: 0.5}}"
+    run([*tiny_overrides, "loss=sum", terms], tmp_path)
+    rows = [r for r in csv.DictReader((tmp_path / "csv" / "version_0" / "metrics.csv").open()) if r.get("train/loss")]
+    assert len(rows) == 4
+    for row in rows:
+        total = float(row["train/loss"])
+        assert total == pytest.approx(
+            float(row["train/loss/paradigm"]) + 0.5 * float(row["train/loss/mbarlow"]), rel=1e-4
+        )
+        for term in ("paradigm", "mbarlow"):
+            for stat in (
+                "gd",
+                "hardest_share",
+                "ratio",
+                "mu_pos",
+                "mu_neg",
+                "sigma_pos",
+                "sigma_neg",
+                "alignment",
+                "uniformity",
+            ):
+                assert math.isfinite(float(row[f"paradigm/{term}/{stat}"])), (term, stat)
+        assert 0.0 <= float(row["paradigm/paradigm/gd"]) <= 1.0
 
 
 def test_logged_dev_score_equals_offline_evaluation_of_best_checkpoint(tiny_overrides, tmp_path):
@@ -88,7 +114,7 @@ def test_wandb_offline_run_has_metrics_and_config(tiny_overrides, tmp_path, monk
     config, history = wait_for_flush(logs[0], "stsb/test_spearman")
     for group in ("model", "pooling", "loss", "data", "trainer", "optimizer", "eval", "paths", "seed"):
         assert group in config, f"the W&B config lacks '{group}'"
-    assert config["loss"]["temperature"] == 0.05 and config["data"]["corpus"].endswith("corpus.txt")
+    assert config["loss"]["tau"] == 0.05 and config["data"]["corpus"].endswith("corpus.txt")
     dev_rows = [row for row in history if DEV_METRIC in row]
     assert [row["trainer/global_step"] for row in dev_rows] == [2, 4]
     assert max(row[DEV_METRIC] for row in dev_rows) == pytest.approx(metrics["stsb/dev_spearman_best"])
@@ -112,7 +138,7 @@ def test_multirun_sweep_gives_one_directory_and_wandb_run_per_job(small_corpus, 
     import sys
 
     command = [
-        sys.executable, "-m", "sentemb.train", "-m", "model=tiny", "loss.temperature=0.05,0.1",
+        sys.executable, "-m", "sentemb.train", "-m", "model=tiny", "loss.tau=0.05,0.1",
         f"data.corpus={small_corpus}", "trainer.max_steps=2", "eval.at_start=false", f"hydra.sweep.dir={tmp_path}",
     ]  # fmt: skip
     env = {k: v for k, v in __import__("os").environ.items() if k not in ("WANDB_MODE", "WANDB_API_KEY")}
@@ -120,7 +146,7 @@ def test_multirun_sweep_gives_one_directory_and_wandb_run_per_job(small_corpus, 
     for job in ("0", "1"):
         assert len(list((tmp_path / job / "checkpoints").glob("*.ckpt"))) == 1
         assert len(list((tmp_path / job / "wandb").glob("offline-run-*"))) == 1
-    assert "loss.temperature=0.1" in (tmp_path / "1" / ".hydra" / "overrides.yaml").read_text()
+    assert "loss.tau=0.1" in (tmp_path / "1" / ".hydra" / "overrides.yaml").read_text()
 
 
 def test_pretrained_backbone_trains_with_dropout_on(tmp_path):

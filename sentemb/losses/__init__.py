@@ -1,6 +1,38 @@
-"""Objectives: each takes the two views' embeddings (z, z') and returns a LossOutput."""
+"""Objectives of the unified gradient paradigm: each takes the two views' embeddings (z, z')
+and returns a LossOutput(loss, stats). `build(name, **overrides)` makes one from conf/loss/.
+"""
 
+from sentemb.losses.arccon import ArcCon
 from sentemb.losses.base import LossOutput, Objective, cross_view_similarity, normalize
+from sentemb.losses.focal import FocalInfoNCE
 from sentemb.losses.infonce import InfoNCE
+from sentemb.losses.modified import ModifiedBarlowTwins, ModifiedMHE, ModifiedMHS, ModifiedVICReg
+from sentemb.losses.noncontrastive import AlignMHE, AlignMHS, BarlowTwins, VICReg
+from sentemb.losses.paradigm import Paradigm
+from sentemb.losses.registry import available, build
+from sentemb.losses.triplet import MET, MPT
+from sentemb.losses.weighted_sum import WeightedSum
 
-__all__ = ["InfoNCE", "LossOutput", "Objective", "cross_view_similarity", "normalize"]
+__all__ = [
+    "MET",
+    "MPT",
+    "VICReg",
+    "AlignMHE",
+    "AlignMHS",
+    "ArcCon",
+    "BarlowTwins",
+    "FocalInfoNCE",
+    "InfoNCE",
+    "LossOutput",
+    "ModifiedBarlowTwins",
+    "ModifiedMHE",
+    "ModifiedMHS",
+    "ModifiedVICReg",
+    "Objective",
+    "Paradigm",
+    "WeightedSum",
+    "available",
+    "build",
+    "cross_view_similarity",
+    "normalize",
+]

@@ -1,29 +1,38 @@
-"""What every objective shares: its output type and float32 cosine similarities.
+"""What every objective shares: its output type, the normalisation, and hyper-parameter checks.
 
 Conventions (../shared/spec/objectives.md): a loss takes the two views' raw embeddings
-(z, z') of shape (N, D), normalises them itself, and returns the mean over anchors.
+(z, z') of shape (N, D), normalises them itself, computes similarities in float32 (float64
+inputs stay float64, for gradient tests) with autocast off, and uses one direction (h
+anchors against h' candidates) unless `symmetric=True`, which averages both directions.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from sentemb.errors import SentembConfigError
+
 
 @dataclass
 class LossOutput:
-    """The scalar to minimise and the floats worth logging about this batch."""
+    """The scalar to minimise, the floats worth logging (`stats`), and per-term values of a sum."""
 
     loss: torch.Tensor
     stats: dict[str, float] = field(default_factory=dict)
+    terms: dict[str, float] = field(default_factory=dict)
 
 
 def normalize(z: torch.Tensor) -> torch.Tensor:
-    """Unit vectors in float32, even under fp16/bf16 autocast (spec: similarities in float32)."""
-    return F.normalize(z.float(), dim=-1)
+    """Unit vectors; half precision is promoted to float32 (spec: similarities in float32)."""
+    if z.dtype not in (torch.float32, torch.float64):
+        z = z.float()
+    return F.normalize(z, dim=-1)
 
 
 def cross_view_similarity(z1: torch.Tensor, z2: torch.Tensor) -> torch.Tensor:
@@ -33,7 +42,51 @@ def cross_view_similarity(z1: torch.Tensor, z2: torch.Tensor) -> torch.Tensor:
 
 
 class Objective(nn.Module):
-    """Base class: `forward(z1, z2) -> LossOutput`."""
+    """Base class: `forward(z1, z2) -> LossOutput`; subclasses implement `directional(h1, h2)`.
 
-    def forward(self, z1: torch.Tensor, z2: torch.Tensor) -> LossOutput:  # pragma: no cover - abstract
+    `directional` gets unit vectors in float32/float64 (autocast off) and returns the loss
+    with h1 as anchors and h2 as candidates; `symmetric=True` averages it with the swapped call.
+    """
+
+    symmetric: bool = False
+
+    def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def forward(self, z1: torch.Tensor, z2: torch.Tensor) -> LossOutput:
+        if z1.shape != z2.shape or z1.dim() != 2:
+            raise ValueError(
+                f"{type(self).__name__} expects two (N, D) views of equal shape, got {z1.shape}, {z2.shape}"
+            )
+        if z1.shape[0] < 2:
+            # a trailing batch of one sentence has no negatives: nothing to learn, nothing to break
+            return LossOutput(0.0 * (z1.sum() + z2.sum()).float())
+        with torch.autocast(device_type=z1.device.type, enabled=False):
+            h1, h2 = normalize(z1), normalize(z2)
+            output = self.directional(h1, h2)
+            if self.symmetric:  # average both directions; telemetry stays that of the h → h' direction
+                backward = self.directional(h2, h1)
+                output = LossOutput(0.5 * (output.loss + backward.loss), output.stats)
+        return output
+
+
+def require_positive(name: str, value: float, example: str) -> float:
+    """`value` if it is a finite number > 0, else a config error naming `loss.<name>`."""
+    if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+        raise SentembConfigError(f"loss.{name}={value} must be a number > 0. Fix: e.g. loss.{name}={example}")
+    return float(value)
+
+
+def require_finite(name: str, value: float, example: str) -> float:
+    if not (isinstance(value, int | float) and math.isfinite(value)):
+        raise SentembConfigError(f"loss.{name}={value} must be a finite number. Fix: e.g. loss.{name}={example}")
+    return float(value)
+
+
+def require_choice(name: str, value: str, choices: Iterable[str]) -> str:
+    choices = tuple(choices)
+    if value not in choices:
+        raise SentembConfigError(
+            f"loss.{name}={value!r} is not one of {', '.join(choices)}. Fix: loss.{name}={choices[0]}"
+        )
+    return value

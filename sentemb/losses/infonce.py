@@ -1,10 +1,12 @@
 """InfoNCE, the loss of unsupervised SimCSE.
 
-    L_i = −log e^{s_ii/τ} / Σ_j e^{s_ij/τ}          (paradigm paper Eq. 1; SimCSE Eq. 1)
+    L_i = −log e^{s_ii/τ} / Σ_j e^{s_ij/τ}                      (paradigm paper Eq. 1 context; SimCSE Eq. 1)
+    ∂L_i/∂h_i = Σ_{j≠i} e^{s_ij/τ}(h'_j − h'_i) / (τ Σ_k e^{s_ik/τ})                              (Eq. 1)
 
-Inputs: z1, z2 of shape (N, D), the two dropout views of the same N sentences; the other
-N−1 sentences of the batch are the negatives. Reference: Gao et al., SimCSE (EMNLP 2021).
-Example: `InfoNCE(temperature=0.05)(z1, z2).loss`.
+Paradigm components (Table 1): GD = 1/(1 + e^{s_ii/τ}/Σ_{k≠i} e^{s_ik/τ}), W = softmax over
+negatives, R = 1. Inputs: z1, z2 of shape (N, D), two dropout views of the same N sentences; the
+other N−1 sentences are the negatives. Reference: Oord et al. 2018; Gao et al., SimCSE (2021).
+Example: `InfoNCE(tau=0.05)(z1, z2).loss`.
 """
 
 from __future__ import annotations
@@ -12,35 +14,21 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from sentemb.errors import SentembConfigError
-from sentemb.losses.base import LossOutput, Objective, cross_view_similarity
+from sentemb.losses.base import LossOutput, Objective, require_positive
+from sentemb.losses.geometry import negative_softmax, negatives_logsumexp, paradigm_stats
 
 
 class InfoNCE(Objective):
-    def __init__(self, temperature: float = 0.05, symmetric: bool = False) -> None:
+    def __init__(self, tau: float = 0.05, symmetric: bool = False) -> None:
         super().__init__()
-        if not temperature > 0:
-            raise SentembConfigError(
-                f"loss.temperature={temperature} must be > 0 (τ divides the cosine). Fix: e.g. loss.temperature=0.05"
-            )
-        self.temperature = temperature
+        self.tau = require_positive("tau", tau, "0.05")
         self.symmetric = symmetric
 
-    def forward(self, z1: torch.Tensor, z2: torch.Tensor) -> LossOutput:
-        sim = cross_view_similarity(z1, z2)
-        labels = torch.arange(sim.shape[0], device=sim.device)
-        loss = F.cross_entropy(sim / self.temperature, labels)
-        if self.symmetric:  # average both directions: h anchors vs h' candidates and h' vs h
-            loss = 0.5 * (loss + F.cross_entropy(sim.T / self.temperature, labels))
-        return LossOutput(loss, batch_similarity_stats(sim.detach()))
-
-
-def batch_similarity_stats(sim: torch.Tensor) -> dict[str, float]:
-    """Mean anchor–positive and anchor–negative cosine of an (N, N) cross-view similarity."""
-    n = sim.shape[0]
-    positive = sim.diagonal()
-    off_diagonal = ~torch.eye(n, dtype=torch.bool, device=sim.device)
-    stats = {"cos_pos": positive.mean().item()}
-    if n > 1:
-        stats["cos_neg"] = sim[off_diagonal].mean().item()
-    return stats
+    def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
+        s = h1 @ h2.T
+        logits = s / self.tau
+        loss = F.cross_entropy(logits, torch.arange(s.shape[0], device=s.device))
+        with torch.no_grad():
+            gd = torch.sigmoid(negatives_logsumexp(logits) - logits.diagonal())  # 1/(1 + e^{s_ii/τ}/Σ_{k≠i})
+            stats = paradigm_stats(s, h1, h2, gd=gd, weights=negative_softmax(logits), ratio=1.0)
+        return LossOutput(loss, stats)

@@ -1,0 +1,40 @@
+"""ArcCon: InfoNCE with an additive angular margin u on the positive pair.
+
+    L_i = −log e^{cos(θ_ii+u)/τ} / (e^{cos(θ_ii+u)/τ} + Σ_{j≠i} e^{s_ij/τ}),   θ_ii = arccos s_ii
+    ∂L_i/∂h_i = Σ_{j≠i} e^{s_ij/τ}(h'_j − R h'_i) / (τ(e^{cos(θ_ii+u)/τ} + Σ_{k≠i} e^{s_ik/τ}))   (Eq. 2)
+    R = sin(θ_ii+u)/sin θ_ii
+
+s_ii is clamped into (−1+ε, 1−ε) before arccos, so identical views (cos = 1) stay finite.
+Inputs: z1, z2 (N, D). Reference: Zhang et al. 2022 (ACL), paradigm paper Table 1.
+Example: `ArcCon(tau=0.05, u=math.pi / 18)(z1, z2).loss`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from sentemb.losses.base import LossOutput, Objective, require_positive
+from sentemb.losses.geometry import diagonal_mask, negative_softmax, negatives_logsumexp, paradigm_stats, safe_arccos
+
+
+class ArcCon(Objective):
+    def __init__(self, tau: float = 0.05, u: float = math.pi / 18, symmetric: bool = False) -> None:
+        super().__init__()
+        self.tau = require_positive("tau", tau, "0.05")
+        self.u = require_positive("u", u, "0.1745 (π/18, 10°)")
+        self.symmetric = symmetric
+
+    def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
+        s = h1 @ h2.T
+        theta_pos = safe_arccos(s.diagonal())
+        positive_logit = torch.cos(theta_pos + self.u) / self.tau
+        logits = torch.where(diagonal_mask(s.shape[0], s.device), positive_logit[:, None], s / self.tau)
+        loss = F.cross_entropy(logits, torch.arange(s.shape[0], device=s.device))
+        with torch.no_grad():
+            gd = torch.sigmoid(negatives_logsumexp(logits) - positive_logit)
+            ratio = torch.sin(theta_pos + self.u) / torch.sin(theta_pos)  # Table 1 R, sin θ > 0 by the clamp
+            stats = paradigm_stats(s, h1, h2, gd=gd, weights=negative_softmax(logits), ratio=ratio)
+        return LossOutput(loss, stats)

@@ -1,0 +1,129 @@
+"""The paradigm's shared pieces, so that each loss reads like its equation.
+
+All functions take unit vectors / cosine matrices already in float32 (or float64) and are
+safe at cos = ±1 and for duplicated sentences: arccos and sqrt see clamped arguments.
+Notation of ../shared/spec/objectives.md: s_ij = h_i·h'_j (cross view), a_ij = h_i·h_j
+(same view), d_i the margin indicator, W the weight of a negative, R the ratio.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+EPS = 1e-6  # clamp for arccos / sqrt: keeps gradients finite at cos = ±1 (spec: numerics)
+
+
+def diagonal_mask(n: int, device: torch.device) -> torch.Tensor:
+    """True on the diagonal (the positive pair / the anchor itself)."""
+    return torch.eye(n, dtype=torch.bool, device=device)
+
+
+def hardest_negative(sim: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """max_{j≠i} sim_ij and its index j for every row i."""
+    masked = sim.masked_fill(diagonal_mask(sim.shape[0], sim.device), -math.inf)
+    return masked.max(dim=1)
+
+
+def negatives_logsumexp(logits: torch.Tensor) -> torch.Tensor:
+    """log Σ_{j≠i} e^{logits_ij} for every row i."""
+    return logits.masked_fill(diagonal_mask(logits.shape[0], logits.device), -math.inf).logsumexp(dim=1)
+
+
+def negative_softmax(logits: torch.Tensor) -> torch.Tensor:
+    """e^{logits_ij} / Σ_{k≠i} e^{logits_ik}, zero on the diagonal (the exponential W of Table 1)."""
+    return logits.masked_fill(diagonal_mask(logits.shape[0], logits.device), -math.inf).softmax(dim=1)
+
+
+def global_negative_softmax(logits: torch.Tensor) -> torch.Tensor:
+    """e^{logits_ij} / Σ_{k≠l} e^{logits_kl}: one normalisation over every ordered pair (mB, mV weights)."""
+    masked = logits.masked_fill(diagonal_mask(logits.shape[0], logits.device), -math.inf)
+    return (masked - masked.flatten().logsumexp(dim=0)).exp()
+
+
+def upper_pairs(matrix: torch.Tensor) -> torch.Tensor:
+    """The entries k < l of a square matrix, flattened (the Σ_{k<l} of MHE)."""
+    rows, cols = torch.triu_indices(matrix.shape[0], matrix.shape[1], offset=1, device=matrix.device)
+    return matrix[rows, cols]
+
+
+def margin_indicator(s: torch.Tensor, m: float) -> torch.Tensor:
+    """d_i = 𝕀{s_ii − max_{k≠i} s_ik < m} (the margin GD), detached, as a 0/1 float."""
+    with torch.no_grad():
+        return (s.diagonal() - hardest_negative(s)[0] < m).to(s.dtype)
+
+
+def same_view_margin_indicator(a: torch.Tensor, m: float) -> torch.Tensor:
+    """d_i = 𝕀{1 − max_{j≠i} a_ij < m}: the paper's reference code reads the margin off the same view."""
+    with torch.no_grad():
+        return (1.0 - hardest_negative(a)[0] < m).to(a.dtype)
+
+
+def gate_anchors(h: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """h_i where d_i = 1, sg(h_i) elsewhere: the anchor gets gradient only where GD is active."""
+    return torch.where(d.bool()[:, None], h, h.detach())
+
+
+def safe_arccos(cos: torch.Tensor) -> torch.Tensor:
+    """θ = arccos(cos) with cos clamped into (−1+ε, 1−ε) so dθ/dcos stays finite."""
+    return torch.arccos(cos.clamp(-1.0 + EPS, 1.0 - EPS))
+
+
+def unit_distance(cos: torch.Tensor) -> torch.Tensor:
+    """‖a − b‖ of unit vectors as sqrt(clamp(2 − 2cos, ε)): finite gradient at cos = 1."""
+    return torch.sqrt((2.0 - 2.0 * cos).clamp_min(EPS))
+
+
+def one_hot_rows(index: torch.Tensor, n: int, dtype: torch.dtype) -> torch.Tensor:
+    """W of MPT/MET/MHS: 1 for each row's chosen (hardest) negative, 0 elsewhere."""
+    return torch.nn.functional.one_hot(index, n).to(dtype)
+
+
+@torch.no_grad()
+def paradigm_stats(
+    s: torch.Tensor,
+    h1: torch.Tensor,
+    h2: torch.Tensor,
+    gd: torch.Tensor | float | None = None,
+    weights: torch.Tensor | None = None,
+    ratio: torch.Tensor | float | None = None,
+) -> dict[str, float]:
+    """The telemetry of Figures 7–9 for one batch, as floats (one host transfer).
+
+    gd: per-anchor GD (mean logged as `gd`: the fraction of active anchors for indicators);
+    weights: (N, N) non-negative W, zero diagonal (`hardest_share`: mean over anchors of the
+    largest W over ΣW, the hardest negative's share since every W here grows with similarity);
+    ratio: per anchor (N,) or per pair (N, N), the latter averaged with W as weights (`ratio`).
+    Always: cosine and angle statistics of positives and negatives, batch alignment and uniformity.
+    """
+    n = s.shape[0]
+    off = ~diagonal_mask(n, s.device)
+    theta = safe_arccos(s)
+    theta_pos, theta_neg = theta.diagonal(), theta[off]
+    values = {
+        "cos_pos": s.diagonal().mean(),
+        "cos_neg": s[off].mean(),
+        "mu_pos": theta_pos.mean(),
+        "mu_neg": theta_neg.mean(),
+        "sigma_pos": theta_pos.std(unbiased=False),
+        "sigma_neg": theta_neg.std(unbiased=False),
+        # Wang & Isola (2020), α = 2 and t = 2: E‖h−h'‖², log E e^{−2‖h_i−h_j‖²}
+        "alignment": (h1 - h2).pow(2).sum(dim=1).mean(),
+        "uniformity": upper_pairs(-2.0 * (2.0 - 2.0 * (h1 @ h1.T))).logsumexp(dim=0) - math.log(n * (n - 1) / 2),
+    }
+    if gd is not None:
+        values["gd"] = torch.as_tensor(gd, dtype=s.dtype, device=s.device).mean()
+    if weights is not None:
+        total = weights.sum(dim=1)
+        has_weight = total > 0
+        if has_weight.any():
+            values["hardest_share"] = (weights.max(dim=1).values[has_weight] / total[has_weight]).mean()
+    if ratio is not None:
+        ratio = torch.as_tensor(ratio, dtype=s.dtype, device=s.device)
+        if ratio.dim() == 2 and weights is not None:
+            ratio = (weights * ratio).sum(dim=1) / weights.sum(dim=1).clamp_min(torch.finfo(s.dtype).tiny)
+        values["ratio"] = ratio.mean()
+    names = list(values)
+    numbers = torch.stack([values[name].to(s.dtype) for name in names]).tolist()
+    return dict(zip(names, numbers, strict=True))

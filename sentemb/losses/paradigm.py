@@ -1,0 +1,110 @@
+"""The unified gradient paradigm as a loss, with each component a config choice.
+
+    L_i = sg(GD_i) Σ_{j≠i} sg(W_ij) (s_ij − sg(R_ij) s_ii)                                  (Eq. 5)
+    ∂L_i/∂h_i = GD_i Σ_{j≠i} W_ij (h'_j − R_ij h'_i)                                        (Eq. 4)
+
+Components (spec, Table 1), all detached:
+  gd: margin  = 𝕀{s_ii − max_{k≠i} s_ik < m}          (MPT's; the paper's baseline)
+      infonce = 1/(1 + e^{s_ii/τ}/Σ_{k≠i} e^{s_ik/τ})
+      none    = 1
+  w:  softmax = e^{s_ij/τ}/Σ_{k≠i} e^{s_ik/τ};  hardest = 1 for argmax_{k≠i} s_ik;  uniform = 1/(N−1)
+  r:  a number = that static ratio (`static` = 1);  arccon = sin(θ_ii+u)/sin θ_ii;
+      met = sqrt((1−s_ij)/(1−s_ii))
+Defaults are the paper's baseline (m 0.30, τ 0.05, r 1). A batch where no anchor passes the
+margin gives loss 0 and zero gradients. Inputs: z1, z2 (N, D); value = mean over anchors.
+Example: `Paradigm(gd="margin", w="softmax", r=1.5)(z1, z2).loss`; from the command line
+`loss=paradigm loss.gd=none loss.r=arccon` or a sweep `-m loss.r=1.0,1.5,met`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from sentemb.errors import SentembConfigError
+from sentemb.losses.base import LossOutput, Objective, require_choice, require_finite, require_positive
+from sentemb.losses.geometry import (
+    diagonal_mask,
+    hardest_negative,
+    margin_indicator,
+    negative_softmax,
+    negatives_logsumexp,
+    one_hot_rows,
+    paradigm_stats,
+    safe_arccos,
+)
+
+GRADIENT_DISSIPATIONS = ("margin", "infonce", "none")
+WEIGHTS = ("softmax", "hardest", "uniform")
+DYNAMIC_RATIOS = ("arccon", "met")
+
+
+def parse_ratio(r: float | str) -> float | str:
+    """A static ratio (a number; `static` means 1) or the name of a dynamic one."""
+    if r == "static":
+        return 1.0
+    if isinstance(r, str) and r in DYNAMIC_RATIOS:
+        return r
+    if isinstance(r, int | float) and not isinstance(r, bool):
+        return require_positive("r", r, "1.0")
+    raise SentembConfigError(
+        f"loss.r={r!r} is neither a number (a static ratio) nor one of static, {', '.join(DYNAMIC_RATIOS)}. "
+        "Fix: e.g. loss.r=1.5 or loss.r=arccon"
+    )
+
+
+class Paradigm(Objective):
+    def __init__(
+        self,
+        gd: str = "margin",
+        w: str = "softmax",
+        r: float | str = 1.0,
+        m: float = 0.30,
+        tau: float = 0.05,
+        u: float = math.pi / 18,
+        symmetric: bool = False,
+    ) -> None:
+        super().__init__()
+        self.gd = require_choice("gd", gd, GRADIENT_DISSIPATIONS)
+        self.w = require_choice("w", w, WEIGHTS)
+        self.r = parse_ratio(r)
+        self.m = require_finite("m", m, "0.30")
+        self.tau = require_positive("tau", tau, "0.05")
+        self.u = require_positive("u", u, "0.1745")
+        self.symmetric = symmetric
+
+    @torch.no_grad()
+    def gradient_dissipation(self, s: torch.Tensor) -> torch.Tensor:
+        if self.gd == "margin":
+            return margin_indicator(s, self.m)
+        if self.gd == "infonce":
+            logits = s / self.tau
+            return torch.sigmoid(negatives_logsumexp(logits) - logits.diagonal())
+        return torch.ones(s.shape[0], dtype=s.dtype, device=s.device)
+
+    @torch.no_grad()
+    def weight(self, s: torch.Tensor) -> torch.Tensor:
+        n = s.shape[0]
+        if self.w == "softmax":
+            return negative_softmax(s / self.tau)
+        if self.w == "hardest":
+            return one_hot_rows(hardest_negative(s)[1], n, s.dtype)
+        return (~diagonal_mask(n, s.device)).to(s.dtype) / (n - 1)
+
+    @torch.no_grad()
+    def ratio(self, s: torch.Tensor) -> torch.Tensor:
+        positive = s.diagonal()
+        if self.r == "arccon":
+            theta = safe_arccos(positive)
+            return (torch.sin(theta + self.u) / torch.sin(theta))[:, None].expand_as(s)
+        if self.r == "met":
+            return torch.sqrt((1.0 - s).clamp_min(0.0) / (1.0 - positive).clamp_min(1e-6)[:, None])
+        return torch.full_like(s, self.r)
+
+    def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
+        s = h1 @ h2.T
+        gd, weights, ratio = self.gradient_dissipation(s), self.weight(s), self.ratio(s)
+        per_anchor = gd * (weights * (s - ratio * s.diagonal()[:, None])).sum(dim=1)
+        stats = paradigm_stats(s.detach(), h1.detach(), h2.detach(), gd=gd, weights=weights, ratio=ratio)
+        return LossOutput(per_anchor.mean(), stats)

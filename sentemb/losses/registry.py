@@ -1,0 +1,44 @@
+"""`build(name, **overrides)`: an objective from conf/loss/<name>.yaml, for researchers' own scripts.
+
+    from sentemb.losses import build
+    loss = build("mmhe", m=0.3, tau=0.05, r=1.75)
+    out = loss(z1, z2)            # out.loss (scalar), out.stats (dict of floats)
+
+The YAML files are the one source of each loss's defaults, for the CLI and for `build` alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from sentemb.errors import SentembConfigError
+from sentemb.paths import PROJECT_ROOT
+
+LOSS_CONF_DIR = PROJECT_ROOT / "conf" / "loss"
+
+
+def available() -> list[str]:
+    """Names accepted by `build` and by `loss=<name>`."""
+    return sorted(path.stem for path in LOSS_CONF_DIR.glob("*.yaml"))
+
+
+def loss_config(name: str, **overrides: Any) -> DictConfig:
+    """conf/loss/<name>.yaml with `overrides` merged in; unknown names and keys are config errors."""
+    path = LOSS_CONF_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise SentembConfigError(f"no loss named {name!r} (looked for {path}). Choose one of: {', '.join(available())}")
+    config = OmegaConf.load(path)
+    unknown = sorted(set(overrides) - set(config) - {"_target_"})
+    if unknown:
+        fields = ", ".join(key for key in config if key != "_target_")
+        raise SentembConfigError(f"{path.name} has no field {', '.join(unknown)}; its fields are: {fields}")
+    return OmegaConf.merge(config, overrides)
+
+
+def build(name: str, **overrides: Any) -> Any:
+    """The objective `name` with the defaults of conf/loss/<name>.yaml overridden by `overrides`."""
+    from sentemb.config import instantiate_checked  # late: config imports the data layer
+
+    return instantiate_checked(loss_config(name, **overrides))
