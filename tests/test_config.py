@@ -84,3 +84,45 @@ def test_cli_prints_a_config_naming_every_group():
     ).stdout
     for group in ("paths", "model", "pooling", "loss", "data", "trainer", "callbacks", "logger", "eval"):
         assert f"\n{group}:" in out, f"--cfg job does not show '{group}'"
+
+
+PAPER_PRESETS = {
+    # experiment: (model, batch, lr, loss, {field: value}) as printed in the papers
+    "paradigm_baseline": ("bert-base", 128, 1e-5, "Paradigm", {"gd": "margin", "w": "softmax", "r": 1.0, "m": 0.30}),
+    "paradigm_table6_mmhe": ("bert-base", 128, 1e-5, "ModifiedMHE", {"m": 0.30, "tau": 0.05, "r": 1.75}),
+    "paradigm_table6_mmhs": ("bert-base", 128, 1e-5, "ModifiedMHS", {"m": 0.30, "r": 1.75}),
+    "paradigm_table6_mbarlow": ("bert-base", 128, 1e-5, "ModifiedBarlowTwins", {"m": 0.30, "tau": 0.05, "r": 1.50}),
+    "paradigm_table6_mvicreg": ("bert-base", 128, 1e-5, "ModifiedVICReg", {"m": 0.30, "tau": 0.05, "r": 1.50}),
+    "paradigm_table7_mmhe": ("roberta-base", 512, 1e-5, "ModifiedMHE", {"m": 0.30, "tau": 0.05, "r": 1.25}),
+    "paradigm_table7_mmhs": ("roberta-base", 512, 1e-5, "ModifiedMHS", {"m": 0.27, "r": 1.00}),
+    "paradigm_table7_mbarlow": ("roberta-base", 512, 1e-5, "ModifiedBarlowTwins", {"m": 0.37, "tau": 0.05, "r": 1.25}),
+    "paradigm_table7_mvicreg": ("roberta-base", 512, 1e-5, "ModifiedVICReg", {"m": 0.37, "tau": 0.05, "r": 1.25}),
+    "paradigm_table5_barlow_original": ("bert-base", 128, 1e-5, "BarlowTwins", {"gd": "none"}),
+    "paradigm_table5_barlow_gd": ("bert-base", 128, 1e-5, "BarlowTwins", {"gd": "margin", "m": 0.30}),
+    "paradigm_table5_barlow_w": ("bert-base", 128, 1e-5, "ModifiedBarlowTwins", {"r": "original"}),
+    "paradigm_table5_align_mhs_r": ("bert-base", 128, 1e-5, "ModifiedMHS", {"r": 1.75}),
+    "focal_bert_base": ("bert-base", 64, 3e-5, "FocalInfoNCE", {"m": 0.3, "tau": 0.07}),
+    "focal_bert_large": ("bert-large", 64, 1e-5, "FocalInfoNCE", {"m": 0.3}),
+    "focal_roberta_base": ("roberta-base", 512, 1e-5, "FocalInfoNCE", {"m": 0.3, "tau": 0.05}),
+    "focal_roberta_large": ("roberta-large", 512, 3e-5, "FocalInfoNCE", {"m": 0.3}),
+}
+
+
+@pytest.mark.parametrize("experiment", sorted(PAPER_PRESETS))
+def test_paper_presets_hold_the_papers_settings(experiment, tmp_path):
+    model, batch, lr, loss_class, fields = PAPER_PRESETS[experiment]
+    cfg = compose_train([f"experiment={experiment}"], tmp_path)
+    assert cfg.model.name_or_path.startswith(model)
+    assert (cfg.data.batch_size, cfg.optimizer.lr) == (batch, lr)
+    loss = instantiate(cfg.loss)
+    assert type(loss).__name__ == loss_class
+    for field, value in fields.items():
+        assert getattr(loss, field) == value, field
+
+
+@pytest.mark.parametrize("experiment", sorted(p.stem for p in (CONF_DIR / "experiment").glob("paradigm_table5_*.yaml")))
+def test_every_table5_stage_instantiates(experiment, tmp_path):
+    import torch
+
+    loss = instantiate(compose_train([f"experiment={experiment}"], tmp_path).loss)
+    assert torch.isfinite(loss(torch.randn(8, 16), torch.randn(8, 16)).loss)
