@@ -8,7 +8,8 @@ Each loss is trained by `python -m sentemb.train loss=<name> pooling=cls logger=
 the 12k-sentence sample, one epoch, STS-B dev every 125 steps keeping the best checkpoint) in
 its own process; STS-B dev/test of the best checkpoint and the paradigm telemetry of the last
 step are read back from the run's CSV log. Finished losses are skipped on a rerun (their
-result.json is kept); `--fresh` retrains. Writes <out>/loss_study.md and <out>/loss_study.json.
+result.json is kept); `--fresh` retrains. Writes <out>/loss_study.md, <out>/loss_study.json and
+<out>/loss_study_telemetry.png (the per-step telemetry of every run: the paper's Figures 7–9).
 """
 
 from __future__ import annotations
@@ -103,6 +104,35 @@ def markdown(results: dict[str, dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def plot_telemetry(out: Path, names: list[str]) -> Path:
+    """Per-step paradigm telemetry of every finished run, one panel per quantity."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = ["gd", "hardest_share", "ratio", "cos_pos", "mu_pos", "mu_neg", "sigma_neg", "uniformity"]
+    fig, axes = plt.subplots(2, 4, figsize=(20, 8), constrained_layout=True)
+    for name in names:
+        log = out / name / "csv" / "version_0" / "metrics.csv"
+        if not log.is_file():
+            continue
+        rows = [r for r in csv.DictReader(log.open()) if r.get("paradigm/mu_pos")]
+        style = "-" if name in FAMILIES["modified"] else "--" if name in FAMILIES["original"] else ":"
+        for ax, key in zip(axes.flat, shown, strict=True):
+            points = [(int(r["step"]), float(r[f"paradigm/{key}"])) for r in rows if r.get(f"paradigm/{key}")]
+            if points:
+                ax.plot(*zip(*points, strict=True), style, label=name, lw=1)
+    for ax, key in zip(axes.flat, shown, strict=True):
+        ax.set(title=f"paradigm/{key}", xlabel="step")
+    axes.flat[0].legend(fontsize=7, ncol=2)
+    fig.suptitle("Telemetry per training step (dotted: effective, dashed: original, solid: modified)")
+    path = out / "loss_study_telemetry.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--losses", default=",".join(n for names in FAMILIES.values() for n in names))
@@ -126,6 +156,7 @@ def main() -> None:
         (args.out / "loss_study.md").write_text(markdown(results))
     (args.out / "loss_study.json").write_text(json.dumps(results, indent=2))
     (args.out / "loss_study.md").write_text(markdown(results))
+    print(f"telemetry figure: {plot_telemetry(args.out, list(results))}")
     print("\n" + markdown(results))
 
 

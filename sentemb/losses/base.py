@@ -90,3 +90,14 @@ def require_choice(name: str, value: str, choices: Iterable[str]) -> str:
             f"loss.{name}={value!r} is not one of {', '.join(choices)}. Fix: loss.{name}={choices[0]}"
         )
     return value
+
+
+def parse_ratio(r: float | str, names: tuple[str, ...], example: str = "1.5") -> float | str:
+    """A static ratio (a number > 0) or one of the named alternatives `names`."""
+    if isinstance(r, str) and r in names:
+        return r
+    if isinstance(r, int | float) and not isinstance(r, bool):
+        return require_positive("r", r, example)
+    raise SentembConfigError(
+        f"loss.r={r!r} must be a number > 0 (a static ratio) or one of {', '.join(names)}. Fix: e.g. loss.r={example}"
+    )

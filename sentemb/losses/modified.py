@@ -28,8 +28,7 @@ import math
 
 import torch
 
-from sentemb.errors import SentembConfigError
-from sentemb.losses.base import LossOutput, Objective, require_choice, require_finite, require_positive
+from sentemb.losses.base import LossOutput, Objective, parse_ratio, require_choice, require_finite, require_positive
 from sentemb.losses.geometry import (
     gate_anchors,
     global_negative_softmax,
@@ -45,21 +44,13 @@ from sentemb.losses.geometry import (
 )
 
 
-def parse_static_ratio(r: float | str) -> float | str:
-    if r == "original":
-        return r
-    if isinstance(r, int | float) and not isinstance(r, bool):
-        return require_positive("r", r, "1.5")
-    raise SentembConfigError(f"loss.r={r!r} must be a number > 0 or 'original'. Fix: e.g. loss.r=1.5")
-
-
 class ModifiedObjective(Objective):
     """Shared: the margin indicator d_i and its options."""
 
     def __init__(self, m: float, r: float | str, gd: str, margin_on: str, symmetric: bool) -> None:
         super().__init__()
         self.m = require_finite("m", m, "0.30")
-        self.r = parse_static_ratio(r)
+        self.r = parse_ratio(r, ("original",))
         self.gd = require_choice("gd", gd, ("margin", "none"))
         self.margin_on = require_choice("margin_on", margin_on, ("cross", "same"))
         self.symmetric = symmetric

@@ -62,11 +62,15 @@ def alignment(h1: torch.Tensor, h2: torch.Tensor) -> torch.Tensor:
     return (h1 - h2).pow(2).sum(dim=1).mean()
 
 
-class AlignMHE(GatedObjective):
+class AlignUniform(GatedObjective):
+    """L^a + ν · (a uniformity term)."""
+
     def __init__(self, nu: float = 1.0, gd: str = "none", m: float = 0.30, symmetric: bool = False) -> None:
         super().__init__(gd, m, symmetric)
         self.nu = require_positive("nu", nu, "1.0")
 
+
+class AlignMHE(AlignUniform):
     def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
         n = h1.shape[0]
         s = h1 @ h2.T
@@ -82,11 +86,7 @@ class AlignMHE(GatedObjective):
         return LossOutput(loss, stats)
 
 
-class AlignMHS(GatedObjective):
-    def __init__(self, nu: float = 1.0, gd: str = "none", m: float = 0.30, symmetric: bool = False) -> None:
-        super().__init__(gd, m, symmetric)
-        self.nu = require_positive("nu", nu, "1.0")
-
+class AlignMHS(AlignUniform):
     def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
         n = h1.shape[0]
         s = h1 @ h2.T

@@ -22,8 +22,7 @@ import math
 
 import torch
 
-from sentemb.errors import SentembConfigError
-from sentemb.losses.base import LossOutput, Objective, require_choice, require_finite, require_positive
+from sentemb.losses.base import LossOutput, Objective, parse_ratio, require_choice, require_finite, require_positive
 from sentemb.losses.geometry import (
     diagonal_mask,
     hardest_negative,
@@ -40,20 +39,6 @@ WEIGHTS = ("softmax", "hardest", "uniform")
 DYNAMIC_RATIOS = ("arccon", "met")
 
 
-def parse_ratio(r: float | str) -> float | str:
-    """A static ratio (a number; `static` means 1) or the name of a dynamic one."""
-    if r == "static":
-        return 1.0
-    if isinstance(r, str) and r in DYNAMIC_RATIOS:
-        return r
-    if isinstance(r, int | float) and not isinstance(r, bool):
-        return require_positive("r", r, "1.0")
-    raise SentembConfigError(
-        f"loss.r={r!r} is neither a number (a static ratio) nor one of static, {', '.join(DYNAMIC_RATIOS)}. "
-        "Fix: e.g. loss.r=1.5 or loss.r=arccon"
-    )
-
-
 class Paradigm(Objective):
     def __init__(
         self,
@@ -68,7 +53,7 @@ class Paradigm(Objective):
         super().__init__()
         self.gd = require_choice("gd", gd, GRADIENT_DISSIPATIONS)
         self.w = require_choice("w", w, WEIGHTS)
-        self.r = parse_ratio(r)
+        self.r = 1.0 if r == "static" else parse_ratio(r, (*DYNAMIC_RATIOS, "static"), "1.0")  # static: R = 1
         self.m = require_finite("m", m, "0.30")
         self.tau = require_positive("tau", tau, "0.05")
         self.u = require_positive("u", u, "0.1745")
