@@ -14,6 +14,7 @@ from sentemb.backbones import packaged_model_path
 from sentemb.data import CorpusReport, check_corpus
 from sentemb.errors import SentembConfigError
 from sentemb.paths import resolve_data_root
+from sentemb.prompt import check_template
 
 
 def wandb_offline() -> bool:
@@ -58,6 +59,8 @@ def prepare_run(cfg: DictConfig) -> CorpusReport:
     if not cfg.get("loss"):
         raise SentembConfigError("loss: no objective configured. Fix: pick one, e.g. loss=infonce")
     instantiate_checked(cfg.loss)  # each objective validates its own hyper-parameters (e.g. τ > 0)
+    if cfg.pooling.get("template") is not None:
+        check_template(cfg.pooling.template)
     for key in ("batch_size", "max_length"):
         value = cfg.data.get(key)
         if value is not None and value < 1:

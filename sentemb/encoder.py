@@ -28,9 +28,11 @@ class SentenceEncoder(nn.Module):
 
     def forward(self, batch: dict[str, torch.Tensor], train_head: bool = False) -> torch.Tensor:
         """Token ids → sentence embeddings (B, H); `train_head` adds the train-only pooling MLP."""
+        if hasattr(self.pooling, "prepare"):  # e.g. a prompt template wrapped around the token ids
+            batch = self.pooling.prepare(batch, self.tokenizer)
         inputs = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
         hidden = self.backbone(**inputs).last_hidden_state
-        return self.pooling(hidden, batch["attention_mask"], train_head=train_head)
+        return self.pooling(hidden, batch["attention_mask"], train_head=train_head, input_ids=batch["input_ids"])
 
     @torch.inference_mode()
     def encode(

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from transformers import PreTrainedTokenizerBase
+
+from sentemb.prompt import PROMPTBERT_TEMPLATE, TokenTemplate, check_template, model_max_length, rebatch
 
 
 class CLSPooling(nn.Module):
@@ -20,7 +23,9 @@ class CLSPooling(nn.Module):
         self.mlp_use = mlp
         self.mlp = None if mlp == "none" else nn.Sequential(nn.Linear(hidden_size, hidden_size), nn.Tanh())
 
-    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor, train_head: bool = False) -> torch.Tensor:
+    def forward(
+        self, hidden: torch.Tensor, attention_mask: torch.Tensor, train_head: bool = False, input_ids=None
+    ) -> torch.Tensor:
         cls = hidden[:, 0]
         if self.mlp is not None and (self.mlp_use == "always" or train_head):
             return self.mlp(cls)
@@ -33,6 +38,56 @@ class MeanPooling(nn.Module):
     def __init__(self, hidden_size: int) -> None:
         super().__init__()
 
-    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor, train_head: bool = False) -> torch.Tensor:
+    def forward(
+        self, hidden: torch.Tensor, attention_mask: torch.Tensor, train_head: bool = False, input_ids=None
+    ) -> torch.Tensor:
         mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
         return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+
+
+class PromptPooling(nn.Module):
+    """PromptBERT's [MASK] state: each sentence is wrapped in a template, the mask token's hidden state
+    is the embedding (plus SimCSE's train-only MLP unless mlp=none).
+
+    The template is applied to token ids inside the encoder's forward (`prepare`), for training and
+    for `encode()` alike; the sentence is truncated to fit `max_length` (default: the tokenizer's
+    limit), never the template or the mask. Reference: Jiang et al., PromptBERT (EMNLP 2022).
+    """
+
+    def __init__(
+        self, hidden_size: int, template: str = PROMPTBERT_TEMPLATE, mlp: str = "train", max_length: int | None = None
+    ) -> None:
+        super().__init__()
+        if mlp not in ("train", "always", "none"):
+            raise ValueError(f"pooling.mlp={mlp!r}: use 'train', 'always' or 'none'")
+        self.template = check_template(template)
+        self.max_length = max_length
+        self.mlp_use = mlp
+        self.mlp = None if mlp == "none" else nn.Sequential(nn.Linear(hidden_size, hidden_size), nn.Tanh())
+        self._tokens: tuple[int, TokenTemplate] | None = None
+
+    def token_template(self, tokenizer: PreTrainedTokenizerBase) -> TokenTemplate:
+        if self._tokens is None or self._tokens[0] != id(tokenizer):
+            self._tokens = (id(tokenizer), TokenTemplate.build(tokenizer, self.template))
+        return self._tokens[1]
+
+    def prepare(self, batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase) -> dict[str, torch.Tensor]:
+        """Rewrite a tokenised batch into templated rows (the sentence's own tokens kept, truncated to fit)."""
+        template = self.token_template(tokenizer)
+        limit = self.max_length or model_max_length(tokenizer)
+        rows = []
+        for ids, keep in zip(batch["input_ids"].tolist(), batch["attention_mask"].tolist(), strict=True):
+            content = template.content([i for i, k in zip(ids, keep, strict=True) if k])
+            rows.append(template.wrap(content, limit))
+        return rebatch(rows, batch, tokenizer.pad_token_id)
+
+    def forward(
+        self, hidden: torch.Tensor, attention_mask: torch.Tensor, train_head: bool = False, input_ids=None
+    ) -> torch.Tensor:
+        if input_ids is None or self._tokens is None:
+            raise RuntimeError("PromptPooling needs the templated input_ids: call it through SentenceEncoder")
+        positions = (input_ids == self._tokens[1].mask_token_id).int().argmax(dim=1)  # exactly one mask per row
+        state = hidden[torch.arange(hidden.shape[0], device=hidden.device), positions]
+        if self.mlp is not None and (self.mlp_use == "always" or train_head):
+            return self.mlp(state)
+        return state
