@@ -7,12 +7,23 @@ numbers are identical by construction.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from torch import nn
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+
+@dataclass
+class TrainingViews:
+    """The two dropout views' embeddings, the global loss's weight, and auxiliary (weight, loss) terms."""
+
+    z1: torch.Tensor
+    z2: torch.Tensor
+    global_weight: float = 1.0
+    auxiliary: dict[str, tuple[float, torch.Tensor]] = field(default_factory=dict)
 
 
 class SentenceEncoder(nn.Module):
@@ -26,12 +37,26 @@ class SentenceEncoder(nn.Module):
     def hidden_size(self) -> int:
         return self.backbone.config.hidden_size
 
-    def forward(self, batch: dict[str, torch.Tensor], train_head: bool = False) -> torch.Tensor:
-        """Token ids → sentence embeddings (B, H); `train_head` adds the train-only pooling MLP."""
-        if hasattr(self.pooling, "prepare"):  # e.g. a prompt template wrapped around the token ids
+    def hidden_states(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The backbone's token states for `batch` after the pooling's own input preparation (template, slices)."""
+        if hasattr(self.pooling, "prepare"):
             batch = self.pooling.prepare(batch, self.tokenizer)
         inputs = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
-        hidden = self.backbone(**inputs).last_hidden_state
+        return self.backbone(**inputs).last_hidden_state, batch
+
+    def training_views(self, batch: dict[str, torch.Tensor]) -> TrainingViews:
+        """Both dropout views in one forward over the doubled batch (unsup. SimCSE); train-only heads on."""
+        n = batch["input_ids"].shape[0]
+        doubled = {name: torch.cat([value, value]) for name, value in batch.items()}
+        hidden, prepared = self.hidden_states(doubled)
+        if hasattr(self.pooling, "training_views"):  # HiCL: segment-level objectives as well
+            return self.pooling.training_views(hidden, prepared, n)
+        embeddings = self.pooling(hidden, prepared["attention_mask"], train_head=True, input_ids=prepared["input_ids"])
+        return TrainingViews(embeddings[:n], embeddings[n:])
+
+    def forward(self, batch: dict[str, torch.Tensor], train_head: bool = False) -> torch.Tensor:
+        """Token ids → sentence embeddings (B, H); `train_head` adds the train-only pooling MLP."""
+        hidden, batch = self.hidden_states(batch)
         return self.pooling(hidden, batch["attention_mask"], train_head=train_head, input_ids=batch["input_ids"])
 
     @torch.inference_mode()

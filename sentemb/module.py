@@ -56,19 +56,25 @@ class SentembModule(L.LightningModule):
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         n = batch["input_ids"].shape[0]
         # one forward over both copies: dropout draws a different mask for each (unsup. SimCSE)
-        doubled = {name: torch.cat([value, value]) for name, value in batch.items()}
-        embeddings = self.encoder(doubled, train_head=True)
-        z1, z2 = embeddings[:n], embeddings[n:]
+        views = self.encoder.training_views(batch)
+        z1, z2 = views.z1, views.z2
         if self.gather_negatives:
             z1, z2 = gather_with_grad(z1), gather_with_grad(z2)
         output: LossOutput = self.loss(z1, z2)
-        self.log("train/loss", output.loss, prog_bar=True, batch_size=n)
+        total = output.loss if views.global_weight == 1.0 else views.global_weight * output.loss
+        logged = {}
+        for label, (weight, value) in views.auxiliary.items():  # e.g. HiCL: α·L_local + (1 − α)·L_global
+            total = total + weight * value
+            logged[f"train/loss/{label}"] = value.detach()
+        if views.auxiliary:
+            logged["train/loss/global"] = output.loss.detach()
+        self.log("train/loss", total, prog_bar=True, batch_size=n)
         # each term of a weighted sum, and the paradigm's telemetry (Figures 7–9), every step
-        logged = {f"train/loss/{label}": value for label, value in output.terms.items()}
+        logged.update({f"train/loss/{label}": value for label, value in output.terms.items()})
         logged.update({f"paradigm/{name}": value for name, value in output.stats.items()})
         if logged:
             self.log_dict(logged, batch_size=n)
-        return output.loss
+        return total
 
     def configure_optimizers(self) -> dict[str, Any]:
         optimizer = instantiate(self.hparams.optimizer)(params=self.parameters())

