@@ -51,7 +51,7 @@ def bare_loop(cfg, batches: list[dict], total_steps: int) -> tuple[list[float], 
         doubled = {k: torch.cat([v, v]) for k, v in batch.items()}
         cls = backbone(**doubled).last_hidden_state[:, 0]
         z = F.normalize(mlp(cls), dim=-1)
-        sim = z[:n] @ z[n:].T / cfg.loss.temperature
+        sim = z[:n] @ z[n:].T / cfg.loss.tau
         loss = F.cross_entropy(sim, torch.arange(n))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
