@@ -61,6 +61,7 @@ def prepare_run(cfg: DictConfig) -> CorpusReport:
     instantiate_checked(cfg.loss)  # each objective validates its own hyper-parameters (e.g. τ > 0)
     if cfg.pooling.get("template") is not None:
         check_template(cfg.pooling.template)
+    check_combination(cfg)
     for key in ("batch_size", "max_length"):
         value = cfg.data.get(key)
         if value is not None and value < 1:
@@ -71,3 +72,20 @@ def prepare_run(cfg: DictConfig) -> CorpusReport:
         )
     cfg.paths.data_dir = str(resolve_data_root(cfg.paths.data_dir))
     return check_corpus(Path(cfg.data.corpus).expanduser())
+
+
+def check_combination(cfg: DictConfig) -> None:
+    """Pooling × head combinations that would silently ignore a part are refused up front."""
+    head = cfg.get("head")
+    if not head:
+        return
+    pooling = str(cfg.pooling.get("_target_", "")).rsplit(".", 1)[-1]
+    if pooling in ("MeanPooling", "PromptPooling") or (pooling == "HiCLPooling" and cfg.pooling.get("prompt")):
+        what = (
+            "pooling.prompt=true" if pooling == "HiCLPooling" else f"pooling={pooling.removesuffix('Pooling').lower()}"
+        )
+        raise SentembConfigError(
+            f"head=sarcse with {what}: SARCSE builds the sentence vector itself from the token states, so that "
+            "pooling would be ignored. Fix: pooling=cls (SARCSE on the whole sentence) or pooling=hicl "
+            "(SARCSE on every segment, pooling.prompt=false)."
+        )

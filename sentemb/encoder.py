@@ -51,6 +51,11 @@ class SentenceEncoder(nn.Module):
         hidden, prepared = self.hidden_states(doubled)
         if hasattr(self.pooling, "training_views"):  # HiCL: segment-level objectives as well
             return self.pooling.training_views(hidden, prepared, n)
+        if hasattr(self.pooling, "embed_and_reconstruction_loss"):  # SARCSE: each view rebuilds its own tokens
+            z, reconstruction = self.pooling.embed_and_reconstruction_loss(
+                hidden, prepared["attention_mask"], prepared["input_ids"]
+            )
+            return TrainingViews(z[:n], z[n:], self.pooling.alpha, self.pooling.reconstruction_terms(reconstruction, n))
         embeddings = self.pooling(hidden, prepared["attention_mask"], train_head=True, input_ids=prepared["input_ids"])
         return TrainingViews(embeddings[:n], embeddings[n:])
 

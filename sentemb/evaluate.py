@@ -63,6 +63,7 @@ def load_encoder(cfg: DictConfig, device: torch.device) -> tuple[SentenceEncoder
             "checkpoint": str(path),
             "model": module.hparams.model,
             "pooling": module.hparams.pooling,
+            "head": module.hparams.get("head"),
         }
     model, pooling = resolved_container(cfg.model), resolved_container(cfg.pooling)
     return build_encoder(model, pooling).to(device), {"model": model, "pooling": pooling}

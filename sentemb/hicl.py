@@ -146,13 +146,24 @@ class HiCLPooling(nn.Module):
     # ------------------------------------------------------------------ training objectives
     def training_views(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor], n: int) -> TrainingViews:
         """Sequence embeddings of both views, plus the local (and entailment) loss over their segments."""
-        segments = self.segment_embeddings(hidden, batch, train_head=True)
+        head = self.segment_pooling
+        reconstruction = None
+        if hasattr(head, "embed_and_reconstruction_loss"):  # SARCSE on every segment
+            segments, reconstruction = head.embed_and_reconstruction_loss(
+                hidden, batch["attention_mask"], batch["input_ids"]
+            )
+        else:
+            segments = self.segment_embeddings(hidden, batch, train_head=True)
         sequences = self.aggregate(segments)
         half = segments.shape[0] // 2  # the doubled batch slices identically: first half is view 1
+        global_weight = 1.0 - self.alpha - self.entailment_beta
         auxiliary = {"local": (self.alpha, self.local_loss(segments, half))}
         if self.entailment_beta > 0:
             auxiliary["entailment"] = (self.entailment_beta, self.entailment_loss(segments, sequences, half))
-        return TrainingViews(sequences[:n], sequences[n:], 1.0 - self.alpha - self.entailment_beta, auxiliary)
+        if reconstruction is not None:
+            auxiliary.update(head.reconstruction_terms(reconstruction, half))
+            global_weight *= head.alpha
+        return TrainingViews(sequences[:n], sequences[n:], global_weight, auxiliary)
 
     def local_loss(self, segments: torch.Tensor, half: int) -> torch.Tensor:
         """Eq. 2 over the two views' segments; same-sequence segments other than the positive are masked out."""

@@ -17,11 +17,24 @@ from sentemb.encoder import SentenceEncoder
 from sentemb.losses import LossOutput
 
 
-def build_encoder(model: dict, pooling: dict) -> SentenceEncoder:
-    """Backbone + tokenizer from `model`, pooling from `pooling` (sized to the backbone)."""
+def build_encoder(model: dict, pooling: dict, head: dict | None = None) -> SentenceEncoder:
+    """Backbone + tokenizer from `model`, pooling from `pooling` (sized to the backbone), optional `head`.
+
+    A head that makes the sentence vector itself (SARCSE) takes the pooling's place, or with HiCL
+    the place of the per-segment pooling.
+    """
     backbone = instantiate(model["backbone"])
     tokenizer = instantiate(model["tokenizer"])
-    return SentenceEncoder(backbone, tokenizer, instantiate(pooling, hidden_size=backbone.config.hidden_size))
+    size = backbone.config.hidden_size
+    pooler = instantiate(pooling, hidden_size=size)
+    if head:
+        vectoriser = instantiate(head, hidden_size=size)
+        vectoriser.bind_tokenizer(tokenizer)
+        if hasattr(pooler, "segment_pooling"):
+            pooler.segment_pooling = vectoriser
+        else:
+            pooler = vectoriser
+    return SentenceEncoder(backbone, tokenizer, pooler)
 
 
 def gather_with_grad(z: torch.Tensor) -> torch.Tensor:
@@ -43,15 +56,21 @@ class SentembModule(L.LightningModule):
         optimizer: dict[str, Any],
         scheduler: dict[str, Any] | None = None,
         gather_negatives: bool = True,
+        head: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        self.encoder = build_encoder(model, pooling)
+        self.encoder = build_encoder(model, pooling, head)
         self.loss = instantiate(loss)
         self.gather_negatives = gather_negatives
         # from_pretrained returns the backbone in eval mode and Lightning keeps submodule modes:
         # without this, dropout is off and the two views are identical (no SimCSE at all)
         self.train()
+
+    def on_fit_start(self) -> None:
+        for module in self.encoder.modules():  # e.g. SARCSE's corpus token frequencies, counted once and cached
+            if hasattr(module, "prepare_training"):
+                module.prepare_training(self.encoder.tokenizer)
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         n = batch["input_ids"].shape[0]

@@ -39,7 +39,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     datamodule.report = corpus
 
     module = SentembModule(
-        **{key: resolved_container(cfg[key]) for key in ("model", "pooling", "loss", "optimizer", "scheduler")}
+        **{key: resolved_container(cfg[key]) for key in ("model", "pooling", "loss", "optimizer", "scheduler")},
+        head=resolved_container(cfg.get("head")),
     )
     trainer = build_trainer(cfg, extra_callbacks=[dev_eval])
     for logger in trainer.loggers:
