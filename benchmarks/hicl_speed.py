@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from sentemb.backbones import packaged_model_path, pretrained_backbone, pretrained_tokenizer  # noqa: E402
@@ -78,8 +77,9 @@ def main() -> None:
         if x.strip()
     ]
     loss = build("infonce")
+    threads = torch.get_num_threads()
     print(
-        f"MiniLM, batch {args.batch} (×2 views), HiCL slice_len {args.slice_len}, mode {args.mode}, torch threads {torch.get_num_threads()}"
+        f"MiniLM, batch {args.batch} (×2 views), HiCL slice_len {args.slice_len}, mode {args.mode}, {threads} threads"
     )
     for length in (int(x) for x in args.lengths.split(",")):
         make = uniform_batch if args.mode == "uniform" else corpus_batch
@@ -88,7 +88,7 @@ def main() -> None:
         for name, pooling in (("full", CLSPooling(384)), ("hicl", HiCLPooling(384, slice_len=args.slice_len))):
             encoder = SentenceEncoder(pretrained_backbone(path), tokenizer, pooling).train()
             variants[name] = (encoder, torch.optim.AdamW(encoder.parameters(), lr=3e-5))
-        for name, (encoder, optimizer) in variants.items():  # burn-in
+        for encoder, optimizer in variants.values():  # burn-in
             step(encoder, loss, optimizer, batch)
         ratios, times = [], {"full": [], "hicl": []}
         for r in range(args.rounds):
