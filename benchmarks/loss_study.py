@@ -33,12 +33,12 @@ TELEMETRY = ["gd", "hardest_share", "ratio", "mu_pos", "mu_neg", "sigma_pos", "s
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_one(name: str, run_dir: Path, extra: list[str]) -> dict:
-    """Train `name` in a fresh process; return its scores and last-step telemetry."""
+def run_one(name: str, run_dir: Path, extra: list[str], choice: list[str] | None = None) -> dict:
+    """Train `name` (or the config `choice`, default loss=<name>) in a fresh process; scores + last-step telemetry."""
     if run_dir.exists():
         shutil.rmtree(run_dir)
     command = [
-        sys.executable, "-m", "sentemb.train", f"loss={name}", "pooling=cls", "logger=csv",
+        sys.executable, "-m", "sentemb.train", *(choice or [f"loss={name}", "pooling=cls"]), "logger=csv",
         "task_name=loss_study", f"hydra.run.dir={run_dir}", *extra,
     ]  # fmt: skip
     started = time.perf_counter()
