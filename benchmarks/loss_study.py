@@ -68,6 +68,19 @@ def run_one(name: str, run_dir: Path, extra: list[str], choice: list[str] | None
     }
 
 
+def telemetry_at_end(run_dir: Path, steps: int = 10) -> dict[str, float]:
+    """Mean paradigm telemetry over the last `steps` training steps (the last batch alone may be small)."""
+    rows = [
+        r for r in csv.DictReader((run_dir / "csv" / "version_0" / "metrics.csv").open()) if r.get("paradigm/mu_pos")
+    ]
+    tail = rows[-steps:]
+    return {
+        key: sum(float(r[f"paradigm/{key}"]) for r in tail) / len(tail)
+        for key in TELEMETRY
+        if tail[-1].get(f"paradigm/{key}")
+    }
+
+
 def markdown(results: dict[str, dict]) -> str:
     header = "| family | loss | STS-B dev | STS-B test | " + " | ".join(TELEMETRY) + " | time (s) |"
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
@@ -99,7 +112,7 @@ def markdown(results: dict[str, dict]) -> str:
             lowest = min(r["dev"] for r in group)
             lines.append(f"- mean of the {label} losses: dev {dev:.2f}, test {test:.2f} (lowest dev {lowest:.2f})")
     lines.append("")
-    lines.append("Telemetry: the last training step's values (paradigm/...); gd = mean GD (fraction of anchors")
+    lines.append("Telemetry: mean over the last 10 training steps (paradigm/...); gd = mean GD (fraction of anchors")
     lines.append("with GD active for indicator forms), angles in radians.")
     return "\n".join(lines) + "\n"
 
@@ -146,6 +159,7 @@ def main() -> None:
         result_file = args.out / name / "result.json"
         if result_file.is_file() and not args.fresh:
             results[name] = json.loads(result_file.read_text())
+            results[name]["telemetry"] = telemetry_at_end(args.out / name)
             print(f"{name}: kept earlier result (dev {results[name]['dev']:.2f})", flush=True)
             continue
         print(f"{name}: training ...", flush=True)
