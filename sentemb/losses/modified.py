@@ -55,6 +55,13 @@ class ModifiedObjective(Objective):
         self.margin_on = require_choice("margin_on", margin_on, ("cross", "same"))
         self.symmetric = symmetric
 
+    def similarities_and_indicator(
+        self, h1: torch.Tensor, h2: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """s = h·h'ᵀ, a = h·hᵀ and the anchors' d_i."""
+        s, a = h1 @ h2.T, h1 @ h1.T
+        return s, a, self.indicator(s.detach(), a.detach())
+
     @torch.no_grad()
     def indicator(self, s: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         if self.gd == "none":
@@ -77,8 +84,7 @@ class ModifiedMHE(ModifiedObjective):
 
     def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
         n = h1.shape[0]
-        s, a = h1 @ h2.T, h1 @ h1.T
-        d = self.indicator(s.detach(), a.detach())
+        s, a, d = self.similarities_and_indicator(h1, h2)
         gated = gate_anchors(h1, d)
         # L^{u,mMHE} = log(2 Σ_{k<l} e^{−‖h_k−h_l‖²/(2τ)} / (N(N−1))), with ‖h_k−h_l‖² = 2 − 2a_kl
         uniformity = upper_pairs((gated @ gated.T - 1.0) / self.tau).logsumexp(dim=0) - math.log(n * (n - 1) / 2)
@@ -107,8 +113,7 @@ class ModifiedMHS(ModifiedObjective):
 
     def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
         n = h1.shape[0]
-        s, a = h1 @ h2.T, h1 @ h1.T
-        d = self.indicator(s.detach(), a.detach())
+        s, a, d = self.similarities_and_indicator(h1, h2)
         index = hardest_negative(a.detach())[1]  # the nearest same-view neighbour
         separation = unit_distance((h1 * h1[index].detach()).sum(dim=1))  # ‖h_i − sg(h_j)‖
         with torch.no_grad():
@@ -144,8 +149,7 @@ class ModifiedDecorrelation(ModifiedObjective):
 
     def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
         n = h1.shape[0]
-        s, a = h1 @ h2.T, h1 @ h1.T
-        d = self.indicator(s.detach(), a.detach())
+        s, a, d = self.similarities_and_indicator(h1, h2)
         with torch.no_grad():
             base = h2 @ h2.T if self.weights_from == "h2" else a
             logits = base / self.tau
