@@ -121,7 +121,8 @@ def describe(source: dict[str, Any]) -> str:
     pooling = source["pooling"].get("_target_", "?").rsplit(".", 1)[-1]
     path = Path(source.get("checkpoint") or source["model"].get("name_or_path", "?"))
     name = path.parent.name if path.name == "model" else path.name  # a packaged model's folder is called model/
-    return f"{name}, {pooling}"
+    head = (source.get("head") or {}).get("_target_", "").rsplit(".", 1)[-1]
+    return f"{name}, {pooling}" + (f" + {head}" if head else "")
 
 
 def flat_metrics(results: dict[str, Any]) -> dict[str, float]:

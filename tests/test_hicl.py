@@ -141,3 +141,15 @@ def test_hicl_training_logs_local_and_global_and_the_checkpoint_reproduces_dev(t
     reloaded = SentembModule.load_from_checkpoint(metrics["best_checkpoint"], map_location="cpu", weights_only=False)
     offline = STSBenchmark(Path(cfg.eval.stsb_dir), splits=("dev",)).evaluate(reloaded.encoder)["dev"]["spearman"]
     assert offline == metrics["stsb/dev_spearman_best"]
+
+
+def test_with_prompt_every_segment_carries_the_template_and_one_mask(tokenizer):
+    pooling = HiCLPooling(32, slice_len=4, prompt=True, mlp="none")
+    batch = tokenizer(SENTENCES, padding=True, return_tensors="pt")
+    segments = pooling.prepare(dict(batch), tokenizer)
+    prefix = tokenizer('This sentence : "', add_special_tokens=False)["input_ids"]
+    for row, mask in zip(segments["input_ids"], segments["attention_mask"], strict=True):
+        ids = row[mask.bool()].tolist()
+        assert ids.count(tokenizer.mask_token_id) == 1 and ids[1 : 1 + len(prefix)] == prefix
+    encoder = SentenceEncoder(tiny(), tokenizer, pooling).eval()
+    assert encoder.encode(SENTENCES).shape == (2, 32)
