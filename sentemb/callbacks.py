@@ -41,6 +41,7 @@ class STSBDevEvaluation(Callback):
         return max(self.history, key=lambda item: item[1], default=None)
 
     def dev_spearman(self, pl_module: L.LightningModule) -> dict[str, float]:
+        """STS-B dev of `pl_module.encoder`; `report_best` calls this too, so both numbers are one computation."""
         return self.benchmark.evaluate(pl_module.encoder, batch_size=self.batch_size, show_progress=True)["dev"]
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -64,7 +65,10 @@ class STSBDevEvaluation(Callback):
             "stsb/dev_pearson": scores["pearson"],
             "stsb/dev_spearman_best": self.best[1],
         }
-        trainer.callback_metrics.update({name: torch.tensor(value) for name, value in metrics.items()})
+        # float64: ModelCheckpoint compares these tensors, and float32 would tie scores that `best` tells apart
+        trainer.callback_metrics.update(
+            {name: torch.tensor(value, dtype=torch.float64) for name, value in metrics.items()}
+        )
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=step)
         log.info("step %d: STS-B dev Spearman %.2f (best %.2f at step %d)", step, scores["spearman"], *self.best[::-1])

@@ -32,6 +32,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     corpus = prepare_run(cfg)
     # reads STS-B dev now, so a bad path fails before the model is loaded
     dev_eval: STSBDevEvaluation = instantiate_checked(cfg.eval)
+    test_split = STSBenchmark(Path(cfg.eval.stsb_dir), splits=("test",))  # scored after training, read now
     L.seed_everything(cfg.seed, workers=True)
 
     tokenizer = instantiate(cfg.model.tokenizer)
@@ -47,7 +48,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         logger.log_hyperparams({k: resolved_container(v) for k, v in cfg.items() if k != "hydra"})  # all of it
 
     trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
-    return report_best(trainer, dev_eval, cfg)
+    return report_best(trainer, dev_eval, test_split)
 
 
 def build_trainer(cfg: DictConfig, extra_callbacks: list[L.Callback] = (), **overrides: Any) -> L.Trainer:
@@ -61,31 +62,54 @@ def build_trainer(cfg: DictConfig, extra_callbacks: list[L.Callback] = (), **ove
     return trainer
 
 
-def report_best(trainer: L.Trainer, dev_eval: STSBDevEvaluation, cfg: DictConfig) -> dict[str, Any]:
-    """Reload the best checkpoint, score STS-B dev and test with it, log and print them."""
-    best_path = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
-    if not best_path:
+def report_best(trainer: L.Trainer, dev_eval: STSBDevEvaluation, test_split: STSBenchmark) -> dict[str, Any]:
+    """Reload the best checkpoint, score STS-B dev and test with it, log and print them.
+
+    Dev is scored by the callback's own `dev_spearman` (same sentences, batches, batch size and
+    device), so on the same machine it is the logged best to the last bit; a resumed run whose
+    best was logged elsewhere may differ in the last bits, and a warning says so.
+    """
+    checkpoint = trainer.checkpoint_callback
+    best_path = checkpoint.best_model_path if checkpoint else ""
+    if not best_path or dev_eval.best is None:
         raise RuntimeError("training ended without a checkpoint: is the ModelCheckpoint callback configured?")
     best = SentembModule.load_from_checkpoint(best_path, map_location=trainer.strategy.root_device, weights_only=False)
-    scores = STSBenchmark(Path(cfg.eval.stsb_dir), splits=("dev", "test")).evaluate(best.encoder, cfg.eval.batch_size)
+    dev = dev_eval.dev_spearman(best)
+    test = test_split.evaluate(best.encoder, batch_size=dev_eval.batch_size)["test"]
     best_step, logged_dev = dev_eval.best
+    if float(checkpoint.best_model_score) != logged_dev:
+        warnings.warn(
+            f"{best_path} was kept for score {float(checkpoint.best_model_score)!r}, but the best logged dev score "
+            f"is {logged_dev!r} (step {best_step}): the checkpoint and the log disagree",
+            stacklevel=1,
+        )
+    if dev["spearman"] != logged_dev:
+        warnings.warn(
+            f"the best checkpoint scores STS-B dev {dev['spearman']!r} now but {logged_dev!r} was logged at step "
+            f"{best_step}: another device, thread count or torch kernel than the training run's",
+            stacklevel=1,
+        )
     metrics = {
-        "stsb/best_dev_spearman": scores["dev"]["spearman"],
-        "stsb/test_spearman": scores["test"]["spearman"],
-        "stsb/test_pearson": scores["test"]["pearson"],
+        "stsb/best_dev_spearman": dev["spearman"],
+        "stsb/test_spearman": test["spearman"],
+        "stsb/test_pearson": test["pearson"],
         "stsb/best_step": best_step,
     }
     for logger in trainer.loggers:
         logger.log_metrics(metrics, step=trainer.global_step)
         logger.finalize("success")
     if trainer.is_global_zero:
-        print(
-            f"\nSTS-B dev Spearman (best, step {best_step}): {scores['dev']['spearman']:.2f}"
-            f"   [logged during training: {logged_dev:.2f}]"
-            f"\nSTS-B test Spearman (best checkpoint):    {scores['test']['spearman']:.2f}"
-            f"\nbest checkpoint: {best_path}\n"
-        )
+        print(final_report(best_step, dev["spearman"], logged_dev, test["spearman"], best_path))
     return {**metrics, "best_checkpoint": best_path, "stsb/dev_spearman_best": logged_dev}
+
+
+def final_report(best_step: int, dev: float, logged_dev: float, test: float, best_path: str) -> str:
+    """The closing lines of a training job; 4 decimals, so a last-bits difference in dev would show."""
+    return (
+        f"\nSTS-B dev Spearman (best, step {best_step}): {dev:.4f}   [logged during training: {logged_dev:.4f}]"
+        f"\nSTS-B test Spearman (best checkpoint):    {test:.4f}"
+        f"\nbest checkpoint: {best_path}\n"
+    )
 
 
 def resolved_container(node: Any) -> Any:

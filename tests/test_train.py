@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 import time
 from pathlib import Path
 
@@ -71,13 +72,29 @@ def test_paradigm_telemetry_and_each_term_of_a_sum_are_logged_every_step(tiny_ov
         assert 0.0 <= float(row["paradigm/paradigm/gd"]) <= 1.0
 
 
-def test_logged_dev_score_equals_offline_evaluation_of_best_checkpoint(tiny_overrides, tmp_path):
+def test_final_report_repeats_the_logged_dev_score_exactly(tiny_overrides, tmp_path, capsys):
+    # issue #9: every comparison here is one computation on bit-identical weights, inputs and batches: exact
     cfg = compose_train(tiny_overrides, output_dir=tmp_path)
     metrics = train(cfg)
+    logged = metrics["stsb/dev_spearman_best"]
+    assert metrics["stsb/best_dev_spearman"] == logged
+    rows = list(csv.DictReader((tmp_path / "csv" / "version_0" / "metrics.csv").open()))
+    assert max(float(r[DEV_METRIC]) for r in rows if r.get(DEV_METRIC)) == logged
+    assert [float(r["stsb/best_dev_spearman"]) for r in rows if r.get("stsb/best_dev_spearman")] == [logged]
+
+    printed = re.search(
+        r"STS-B dev Spearman \(best, step (\d+)\): (\S+)   \[logged during training: (\S+)\]", capsys.readouterr().out
+    )
+    assert printed and int(printed[1]) == metrics["stsb/best_step"]
+    assert printed[2] == printed[3] == f"{logged:.4f}"
+
     reloaded = SentembModule.load_from_checkpoint(metrics["best_checkpoint"], map_location="cpu", weights_only=False)
-    offline = STSBenchmark(Path(cfg.eval.stsb_dir), splits=("dev",)).evaluate(reloaded.encoder)["dev"]["spearman"]
-    assert offline == metrics["stsb/dev_spearman_best"]
-    assert offline == metrics["stsb/best_dev_spearman"]
+    dev_only = STSBenchmark(Path(cfg.eval.stsb_dir), splits=("dev",))
+    both = STSBenchmark(Path(cfg.eval.stsb_dir), splits=("dev", "test"))
+    offline = dev_only.evaluate(reloaded.encoder, batch_size=cfg.eval.batch_size)["dev"]["spearman"]
+    assert offline == logged
+    # each split is encoded on its own sentences: adding the test split leaves dev's computation unchanged
+    assert both.evaluate(reloaded.encoder, batch_size=cfg.eval.batch_size)["dev"]["spearman"] == logged
 
 
 def test_evaluation_at_the_last_batch_of_the_epoch(small_corpus, tmp_path):
