@@ -32,6 +32,11 @@ from sentemb.eval.sts import STS_TASKS, load_sts_task, score_sts_task, table_sco
 from sentemb.module import build_encoder  # noqa: E402
 from sentemb.paths import resolve_data_root  # noqa: E402
 
+# both sides embed with the same model, but in other batches (sentemb: every distinct STS sentence in one
+# length-sorted cache; sentence-transformers: per task, its own order): embeddings differ in the last float bits,
+# which moves a Spearman by ~1e-4 points through rank ties; 0.01 is the precision the papers print
+SCORE_TOLERANCE = 0.01
+
 
 def sentemb_sts(encoder, data) -> dict[str, float]:
     cache = EmbeddingCache(encoder, batch_size=128, show_progress=False)
@@ -101,6 +106,7 @@ def main() -> int:
     throughput = {name: len(stsb_sentences) / median[name] for name in encodes}
     throughput_ratio = throughput["sentemb encode()"] / throughput["SentenceTransformer.encode()"]
     names = list(tables)
+    score_gap = max(abs(tables[n][t] - tables["sentemb"][t]) for n in names for t in STS_TASKS)
     lines = [
         f"# STS evaluation speed ({args.rounds} alternating rounds, medians; {torch.get_num_threads()} threads, "
         f"all-MiniLM-L6-v2, mean pooling)",
@@ -115,12 +121,16 @@ def main() -> int:
         f"encode throughput on the {len(stsb_sentences)} distinct STS-B test sentences, batch 128: "
         + ", ".join(f"{n} {throughput[n]:.0f} sentences/s" for n in encodes)
         + f"; ratio sentemb / sentence-transformers **{throughput_ratio:.3f}**",
+        "",
+        f"largest Spearman difference to sentemb's: {score_gap:.4f} points "
+        f"(must stay within {SCORE_TOLERANCE}: {'ok' if score_gap <= SCORE_TOLERANCE else 'FAILED'})",
     ]
     report = "\n".join(lines)
     print("\n" + report)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(report + "\n")
-    return 0 if max(ratio_default, ratio_128) <= 0.5 and throughput_ratio >= 1.0 else 1
+    fast = max(ratio_default, ratio_128) <= 0.5 and throughput_ratio >= 1.0
+    return 0 if fast and score_gap <= SCORE_TOLERANCE else 1
 
 
 if __name__ == "__main__":

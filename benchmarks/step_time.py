@@ -28,6 +28,10 @@ from hydra.utils import instantiate
 from torch import nn
 from transformers import get_linear_schedule_with_warmup
 
+# the two runs are the same method through different code (F.cross_entropy vs sentemb's InfoNCE, Lightning's
+# optimizer loop): float32 losses of O(1) a few ulps apart, growing over the <= 12 updates to ~1e-6 at most
+LOSS_TOLERANCE = 1e-4
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from sentemb.config import prepare_run  # noqa: E402
 from sentemb.module import SentembModule  # noqa: E402
@@ -155,13 +159,14 @@ def main() -> int:
         "",
         f"ratio sentemb / bare, median of rounds: **{ratio:.3f}** (range {min(ratios):.3f}-{max(ratios):.3f}; "
         f"pooled means {pooled:.3f})",
-        f"largest per-step loss difference, bare vs sentemb on the same batches: {loss_gap:.2e}",
+        f"largest per-step loss difference, bare vs sentemb on the same batches: {loss_gap:.2e} "
+        f"(must stay within {LOSS_TOLERANCE:.0e}: {'ok' if loss_gap <= LOSS_TOLERANCE else 'FAILED'})",
     ]
     report = "\n".join(lines)
     print("\n" + report)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(report + "\n")
-    return 0 if ratio <= 1.05 else 1
+    return 0 if ratio <= 1.05 and loss_gap <= LOSS_TOLERANCE else 1
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ def test_gather_with_grad_matches_single_process_global_batch():
     for rank in range(world):
         gathered, loss, grad = out[rank]
         assert torch.equal(gathered, z1_all), "every rank sees the global batch, in rank order"
-        assert torch.allclose(loss, reference.detach(), atol=1e-6)
+        # another process with its own thread count may reduce in another order: float32 on O(1) values, ~1e-7
+        torch.testing.assert_close(loss, reference.detach(), rtol=1e-5, atol=1e-6)
         # each rank back-propagates into its own slice only (DDP then averages the gradients)
-        assert torch.allclose(grad, reference_z1.grad[rank * n : (rank + 1) * n], atol=1e-6)
+        torch.testing.assert_close(grad, reference_z1.grad[rank * n : (rank + 1) * n], rtol=1e-5, atol=1e-6)

@@ -21,10 +21,14 @@ def minilm(pooling: str, tmp_path):
 
 
 def test_minilm_cls_dev_before_training_matches_the_bare_loop_anchor(stsb, tmp_path):
-    # issue #2: a bare PyTorch loop measured MiniLM's CLS-pooled STS-B dev Spearman at 79.73 before training
-    assert stsb.evaluate(minilm("cls", tmp_path))["dev"]["spearman"] == pytest.approx(79.73, abs=0.01)
+    # issue #2: a bare PyTorch loop measured MiniLM's CLS-pooled STS-B dev Spearman at 79.73 before training;
+    # other code, other batches: equal to 2 decimals, as the papers print (kernels move it by ~1e-4)
+    score = stsb.evaluate(minilm("cls", tmp_path))["dev"]["spearman"]
+    assert round(score, 2) == 79.73, score
 
 
 def test_minilm_mean_pooling_test_matches_official_senteval(stsb, tmp_path):
-    # ../shared/data/README.md: official SentEval code, masked mean pooling, no truncation: 82.03 (= MTEB's figure)
-    assert stsb.evaluate(minilm("mean", tmp_path))["test"]["spearman"] == pytest.approx(82.03, abs=0.01)
+    # ../shared/data/README.md: official SentEval code, masked mean pooling, no truncation: 82.03 (= MTEB's figure);
+    # equal to 2 decimals, as the papers print
+    score = stsb.evaluate(minilm("mean", tmp_path))["test"]["spearman"]
+    assert round(score, 2) == 82.03, score

@@ -27,6 +27,7 @@ def naive_infonce(z1: torch.Tensor, z2: torch.Tensor, tau: float) -> float:
 def test_matches_naive_definition(tau):
     gen = torch.Generator().manual_seed(0)
     z1, z2 = torch.randn(8, 16, generator=gen), torch.randn(8, 16, generator=gen)
+    # float32 loss vs a float64 loop: the cosines' ~1e-7 rounding, scaled by 1/τ ≤ 20 into the logits, ~1e-6
     assert InfoNCE(tau=tau)(z1, z2).loss.item() == pytest.approx(naive_infonce(z1, z2, tau), rel=1e-5)
 
 
@@ -34,12 +35,15 @@ def test_symmetric_averages_both_directions():
     gen = torch.Generator().manual_seed(1)
     z1, z2 = torch.randn(8, 16, generator=gen), torch.randn(8, 16, generator=gen)
     expected = 0.5 * (naive_infonce(z1, z2, 0.05) + naive_infonce(z2, z1, 0.05))
+    # float32 loss vs a float64 loop: the cosines' ~1e-7 rounding, scaled by 1/τ ≤ 20 into the logits, ~1e-6
     assert InfoNCE(symmetric=True)(z1, z2).loss.item() == pytest.approx(expected, rel=1e-5)
 
 
 def test_scale_invariant_because_it_normalises():
-    z1, z2 = torch.randn(8, 16), torch.randn(8, 16)
+    gen = torch.Generator().manual_seed(2)
+    z1, z2 = torch.randn(8, 16, generator=gen), torch.randn(8, 16, generator=gen)
     loss = InfoNCE()
+    # 7·z and 0.1·z normalise to unit vectors that differ in the last bit (~1e-7), times 1/τ = 20 in the logits
     assert loss(z1, z2).loss.item() == pytest.approx(loss(7.0 * z1, 0.1 * z2).loss.item(), rel=1e-5)
 
 
@@ -49,12 +53,13 @@ def test_duplicated_sentences_and_identical_views_stay_finite():
     out = InfoNCE()(z, z)
     out.loss.backward()
     assert torch.isfinite(out.loss) and torch.isfinite(z.grad).all()
-    # each anchor ties with its duplicate; the other six add 6·e^{−1/τ} ≈ 1e-8
+    # each anchor ties with its duplicate; the other six add 6·e^{−1/τ} ≈ 1e-8, float32 rounding ~1e-7: rel 1e-6
     assert out.loss.item() == pytest.approx(math.log(2), rel=1e-6)
 
 
 def test_similarities_in_float32_under_bf16_autocast():
-    z1, z2 = torch.randn(8, 16), torch.randn(8, 16)
+    gen = torch.Generator().manual_seed(3)
+    z1, z2 = torch.randn(8, 16, generator=gen), torch.randn(8, 16, generator=gen)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = InfoNCE()(z1.bfloat16(), z2.bfloat16())
     assert out.loss.dtype == torch.float32 and torch.isfinite(out.loss)
@@ -63,7 +68,8 @@ def test_similarities_in_float32_under_bf16_autocast():
 def test_stats_report_positive_and_negative_cosines():
     z = torch.eye(4)
     stats = InfoNCE()(z, z).stats
-    assert stats["cos_pos"] == pytest.approx(1.0) and stats["cos_neg"] == pytest.approx(0.0)
+    # one-hot rows: every product is 0 or 1, so only float32 normalisation could round (~1e-7)
+    assert stats["cos_pos"] == pytest.approx(1.0, abs=1e-6) and stats["cos_neg"] == pytest.approx(0.0, abs=1e-6)
 
 
 @pytest.mark.parametrize("tau", [0.0, -1.0])
@@ -152,6 +158,7 @@ def test_original_forms_equal_a_naive_loop(name):
         torch.randn(8, 6, generator=gen, dtype=torch.float64),
         torch.randn(8, 6, generator=gen, dtype=torch.float64),
     )
+    # float64 both sides, other summation orders: ~1e-15; 1e-9 also covers arccos's 1/sin θ, far below a formula error
     assert build(name)(z1, z2).loss.item() == pytest.approx(naive_original(name, z1, z2), rel=1e-9)
 
 
@@ -190,6 +197,7 @@ def test_no_anchor_past_the_margin_gives_zero_loss_and_zero_gradient(name):
     z1, z2 = z.clone().requires_grad_(), z.clone().requires_grad_()
     out = build(name)(z1, z2)
     out.loss.backward()
+    # exact: d_i = 0 multiplies every anchor's terms, so this is a structural zero, not a rounding
     assert out.loss.item() == 0.0
     assert torch.count_nonzero(z1.grad) == 0 and torch.count_nonzero(z2.grad) == 0
     if "gd" in out.stats:
@@ -202,6 +210,7 @@ def test_every_loss_is_scale_invariant_and_reports_the_telemetry(name):
     z1, z2 = torch.randn(8, 16, generator=gen), torch.randn(8, 16, generator=gen)
     loss = build(name)
     out = loss(z1, z2)
+    # unit vectors differ in the last bit (~1e-7); 1/τ, arccos and the Barlow/VICReg sums amplify it to ~1e-5
     assert out.loss.item() == pytest.approx(loss(7.0 * z1, 0.1 * z2).loss.item(), rel=1e-4, abs=1e-6)
     for key in ("gd", "mu_pos", "mu_neg", "sigma_pos", "sigma_neg", "cos_pos", "cos_neg", "alignment", "uniformity"):
         assert key in out.stats, key
@@ -215,10 +224,12 @@ def test_telemetry_values_are_the_batch_geometry():
     stats = build("mpt")(z1, z2).stats
     s = z1 @ z2.T
     theta_pos = torch.arccos(s.diagonal())
+    # the loss's own float32 path (clamped arccos, its normalisation) vs this one: a few ulps, ~1e-7 relative
     assert stats["mu_pos"] == pytest.approx(theta_pos.mean().item(), rel=1e-5)
     assert stats["alignment"] == pytest.approx((z1 - z2).pow(2).sum(1).mean().item(), rel=1e-5)
     # orthonormal anchors: ‖h_i − h_j‖² = 2 for every pair, uniformity = −4
     assert stats["uniformity"] == pytest.approx(-4.0, rel=1e-5)
+    # exact: MPT's W is one-hot (max / sum of one weight) and its R the constant 1
     assert stats["hardest_share"] == 1.0 and stats["ratio"] == 1.0
 
 
@@ -245,6 +256,7 @@ def test_weighted_sum_adds_the_weighted_terms_and_reports_each():
     combined = build("sum", terms={"infonce": {"weight": 1.0}, "hard": {"loss": "mmhe", "weight": 0.5, "r": 1.5}})
     out = combined(z1, z2)
     parts = build("infonce")(z1, z2).loss + 0.5 * build("mmhe", r=1.5)(z1, z2).loss
+    # float64, the same terms; only the order of the weighted additions may differ (~1e-16)
     assert out.loss.item() == pytest.approx(parts.item(), rel=1e-12)
     assert set(out.terms) == {"infonce", "hard"} and "hard/gd" in out.stats and "infonce/hardest_share" in out.stats
     with pytest.raises(SentembConfigError, match="loss.terms is empty"):

@@ -17,6 +17,9 @@ import torch
 from sentemb.losses import build
 
 N, D = 12, 10
+# float64 autograd vs a float64 formula in another order: ~1e-15 apart; 1e-9 also covers arccos's 1/sin θ at
+# small angles and stays far below any error in a form (those are O(1) relative)
+FLOAT64_FORM = {"rtol": 1e-9, "atol": 1e-12}
 
 
 def views(seed: int = 0, spread: tuple[float, float] = (0.05, 1.5)) -> tuple[torch.Tensor, torch.Tensor]:
@@ -42,7 +45,7 @@ def tangential(h: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 def assert_gradient_form(grad: torch.Tensor, form: torch.Tensor, h1: torch.Tensor, constant: float) -> None:
     expected = constant * tangential(h1, form)
     assert expected.abs().max() > 1e-6, "degenerate test case: the expected gradient vanishes"
-    torch.testing.assert_close(grad, expected, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(grad, expected, **FLOAT64_FORM)
 
 
 def margin_d(s: torch.Tensor, m: float) -> torch.Tensor:
@@ -167,9 +170,9 @@ def test_paradigm_reproduces_infonce_and_mpt():
     h1, h2 = views(5)
     infonce = anchor_gradient(build("infonce"), h1, h2)
     paradigm = anchor_gradient(build("paradigm", gd="infonce", w="softmax", r=1.0), h1, h2)
-    torch.testing.assert_close(paradigm / 0.05, infonce, rtol=1e-9, atol=1e-12)  # Table 1's W carries 1/τ
+    torch.testing.assert_close(paradigm / 0.05, infonce, **FLOAT64_FORM)  # Table 1's W carries 1/τ
     mpt = anchor_gradient(build("mpt", m=0.3), h1, h2)
-    torch.testing.assert_close(anchor_gradient(build("paradigm", w="hardest"), h1, h2), mpt, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(anchor_gradient(build("paradigm", w="hardest"), h1, h2), mpt, **FLOAT64_FORM)
 
 
 # --------------------------------------------------------------------------- non-contrastive, original form
@@ -234,7 +237,7 @@ def test_gd_margin_on_an_original_dissipates_exactly_the_inactive_anchors(name):
     assert 0 < d.sum() < N
     original = anchor_gradient(build(name), h1, h2)
     gated = anchor_gradient(build(name, gd="margin"), h1, h2)
-    torch.testing.assert_close(gated, d[:, None] * original, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(gated, d[:, None] * original, **FLOAT64_FORM)
 
 
 # --------------------------------------------------------------------------- modified losses
@@ -319,4 +322,4 @@ def test_same_view_margin_option_reads_d_off_the_same_view():
     assert 0 < d_same.sum() < N
     ungated = anchor_gradient(build("mvicreg", gd="none"), h1, h2)
     gated = anchor_gradient(build("mvicreg", m=0.6, margin_on="same"), h1, h2)
-    torch.testing.assert_close(gated, d_same[:, None] * ungated, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(gated, d_same[:, None] * ungated, **FLOAT64_FORM)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import re
 import subprocess
 import sys
 
@@ -34,5 +35,10 @@ def test_ddp_on_two_cpu_processes(small_corpus, tmp_path):
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "STS-B test Spearman" in result.stdout
+    # rank 0 scores the best checkpoint with the callback's own computation: the logged figure to the last digit
+    printed = re.search(
+        r"STS-B dev Spearman \(best, step 3\): (\S+)   \[logged during training: (\S+)\]", result.stdout
+    )
+    assert printed and printed[1] == printed[2], result.stdout[-2000:]
     rows = list(csv.DictReader((tmp_path / "csv" / "version_0" / "metrics.csv").open()))
     assert [int(r["step"]) for r in rows if r.get("stsb/dev_spearman")] == [3]

@@ -41,13 +41,15 @@ def test_spearman_against_rank_formula():
     # no ties: rho = 1 − 6 Σ d² / (n (n² − 1)); ranks of predicted are 1,3,2,4,5
     d2 = (1 - 1) ** 2 + (3 - 2) ** 2 + (2 - 3) ** 2 + 0 + 0
     expected = 100 * (1 - 6 * d2 / (5 * (25 - 1)))
-    assert correlations(predicted, gold)["spearman"] == pytest.approx(expected)
+    # float64: scipy's correlation of ranks vs the closed form, ~1e-14 apart
+    assert correlations(predicted, gold)["spearman"] == pytest.approx(expected, rel=1e-9)
 
 
 def test_pairwise_cosine():
     a = np.array([[1.0, 0.0], [1.0, 1.0]], dtype=np.float32)
     b = np.array([[0.0, 2.0], [3.0, 3.0]], dtype=np.float32)
-    np.testing.assert_allclose(pairwise_cosine(a, b), [0.0, 1.0], atol=1e-12)
+    # float64 of small integers; only the norm's square root (of 2 and 18) rounds, ~1e-16
+    np.testing.assert_allclose(pairwise_cosine(a, b), [0.0, 1.0], rtol=1e-12, atol=1e-12)
 
 
 class ToyEncoder:
@@ -68,4 +70,5 @@ def test_benchmark_scores_each_split(tmp_path):
     scores = STSBenchmark(tmp_path, splits=("dev",)).evaluate(ToyEncoder())["dev"]
     embed = ToyEncoder().encode
     cosines = pairwise_cosine(embed([r[5] for r in rows]), embed([r[6] for r in rows]))
-    assert scores["spearman"] == pytest.approx(correlations(cosines, np.array([5.0, 1.0, 3.0, 0.0]))["spearman"])
+    # exact: the toy encoder's rows do not depend on their batch, so this is the same computation on the same inputs
+    assert scores["spearman"] == correlations(cosines, np.array([5.0, 1.0, 3.0, 0.0]))["spearman"]
