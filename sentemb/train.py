@@ -77,9 +77,10 @@ def report_best(trainer: L.Trainer, dev_eval: STSBDevEvaluation, test_split: STS
     dev = dev_eval.dev_spearman(best)
     test = test_split.evaluate(best.encoder, batch_size=dev_eval.batch_size)["test"]
     best_step, logged_dev = dev_eval.best
-    if float(checkpoint.best_model_score) != logged_dev:
+    kept_score = checkpoint.best_model_score
+    if kept_score is not None and float(kept_score) != logged_dev:
         warnings.warn(
-            f"{best_path} was kept for score {float(checkpoint.best_model_score)!r}, but the best logged dev score "
+            f"{best_path} was kept for score {float(kept_score)!r}, but the best logged dev score "
             f"is {logged_dev!r} (step {best_step}): the checkpoint and the log disagree",
             stacklevel=1,
         )
@@ -104,7 +105,7 @@ def report_best(trainer: L.Trainer, dev_eval: STSBDevEvaluation, test_split: STS
 
 
 def final_report(best_step: int, dev: float, logged_dev: float, test: float, best_path: str) -> str:
-    """The closing lines of a training job; 4 decimals, so a last-bits difference in dev would show."""
+    """The closing lines of a training job; 4 decimals, where batch-neighbour differences would show (~1e-4)."""
     return (
         f"\nSTS-B dev Spearman (best, step {best_step}): {dev:.4f}   [logged during training: {logged_dev:.4f}]"
         f"\nSTS-B test Spearman (best checkpoint):    {test:.4f}"

@@ -98,6 +98,22 @@ def test_final_report_repeats_the_logged_dev_score_exactly(tiny_overrides, tmp_p
     assert both.evaluate(reloaded.encoder, batch_size=cfg.eval.batch_size)["dev"]["spearman"] == logged
 
 
+def test_final_report_warns_when_the_checkpoint_no_longer_scores_the_logged_dev(tiny_overrides, tmp_path, monkeypatch):
+    # e.g. a resumed run whose best was logged on another device: report both numbers, never hide the gap
+    load = SentembModule.load_from_checkpoint
+
+    def load_on_other_hardware(*args, **kwargs):
+        module = load(*args, **kwargs)
+        with torch.no_grad():
+            module.encoder.backbone.embeddings.word_embeddings.weight.mul_(1.01)
+        return module
+
+    monkeypatch.setattr(SentembModule, "load_from_checkpoint", load_on_other_hardware)
+    with pytest.warns(UserWarning, match="scores STS-B dev .* now but .* was logged at step"):
+        metrics = run(tiny_overrides, tmp_path)
+    assert metrics["stsb/best_dev_spearman"] != metrics["stsb/dev_spearman_best"]
+
+
 def test_evaluation_at_the_last_batch_of_the_epoch(small_corpus, tmp_path):
     # 302 lines, 300 sentences, batch 64: 5 steps; cadence 3 -> evaluations at step 3 and at the end (5)
     overrides = [
