@@ -33,8 +33,12 @@ def wandb_mode() -> str:
 
 
 def register_resolvers() -> None:
+    from sentemb.run_record import wandb_run_group, wandb_run_name
+
     OmegaConf.register_new_resolver("packaged_model", packaged_model_path, replace=True)
     OmegaConf.register_new_resolver("wandb_mode", wandb_mode, replace=True)
+    OmegaConf.register_new_resolver("wandb_run_name", wandb_run_name, replace=True)
+    OmegaConf.register_new_resolver("wandb_run_group", wandb_run_group, replace=True)
 
 
 register_resolvers()

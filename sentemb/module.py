@@ -15,6 +15,7 @@ from hydra.utils import instantiate
 
 from sentemb.encoder import SentenceEncoder
 from sentemb.losses import LossOutput
+from sentemb.run_record import TrainingDiverged
 
 
 def build_encoder(model: dict, pooling: dict, head: dict | None = None) -> SentenceEncoder:
@@ -87,6 +88,12 @@ class SentembModule(L.LightningModule):
             logged[f"train/loss/{label}"] = value.detach()
         if views.auxiliary:
             logged["train/loss/global"] = output.loss.detach()
+        if not torch.isfinite(total.detach()):  # fp16 overflow, a tiny τ: stop here, not with NaN weights later
+            raise TrainingDiverged(
+                f"training diverged at step {self.global_step}: train/loss = {total.item()} "
+                f"({type(self.loss).__name__}). Fix: a larger loss.tau, a smaller optimizer.lr, or "
+                "trainer.precision=32-true / bf16-mixed instead of 16-mixed"
+            )
         self.log("train/loss", total, prog_bar=True, batch_size=n)
         # each term of a weighted sum, and the paradigm's telemetry (Figures 7–9), every step
         logged.update({f"train/loss/{label}": value for label, value in output.terms.items()})

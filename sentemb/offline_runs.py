@@ -67,3 +67,12 @@ def summary(path: Path) -> dict:
                 {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.summary.update}
             )
     return values
+
+
+def run_info(path: Path) -> dict:
+    """The run's display name, group, job type and tags, as wandb.init recorded them."""
+    for record in records(path):
+        if record.WhichOneof("record_type") == "run":
+            run = record.run
+            return {"name": run.display_name, "group": run.run_group, "job_type": run.job_type, "tags": list(run.tags)}
+    return {}

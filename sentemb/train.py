@@ -4,7 +4,9 @@ checkpoint, report STS-B test of that checkpoint. Returns the optimized metric f
 
 from __future__ import annotations
 
+import logging
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,17 @@ from sentemb.config import instantiate_checked, prepare_run
 from sentemb.errors import SentembConfigError
 from sentemb.eval.sts import STSBenchmark
 from sentemb.module import SentembModule
+from sentemb.run_record import (
+    TrainingDiverged,
+    current_hydra,
+    is_multirun,
+    job_overrides,
+    override_key,
+    swept_keys,
+    write_record,
+)
+
+log = logging.getLogger(__name__)
 
 # ModelCheckpoint checks its monitor every step; before the first dev evaluation it is absent by design
 warnings.filterwarnings("ignore", message=r".*could not find the monitored key.*")
@@ -118,22 +131,63 @@ def resolved_container(node: Any) -> Any:
     return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
 
 
-def finish_wandb() -> None:
-    """One W&B run per job, always finished (also after an exception), so multirun jobs never share one."""
+def finish_wandb(record: dict[str, Any] | None = None) -> None:
+    """One W&B run per job, always finished (also after an exception), so multirun jobs never share one.
+
+    With `record`, the run's summary gets the job's status and final metrics first (filterable in the dashboard).
+    """
     wandb = sys.modules.get("wandb")
-    if wandb is not None and wandb.run is not None:
-        wandb.finish()
+    if wandb is None or wandb.run is None:
+        return
+    if record is not None:
+        numbers = {k: v for k, v in record["metrics"].items() if isinstance(v, int | float)}
+        wandb.run.summary.update({**numbers, "status": record["status"], "message": record["message"]})
+    wandb.finish(exit_code=0 if record is None or record["status"] == "ok" else 1)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
+    """One job. Its outcome goes to `metrics.json`; in a sweep a failed or diverged job never stops the others."""
+    hydra_cfg = current_hydra()
+    started = time.perf_counter()
+    record: dict[str, Any] = {"status": "ok", "message": "", "metrics": {}}
+    error: BaseException | None = None
     try:
-        metrics = train(cfg)
-    except SentembConfigError as err:
-        sys.exit(f"sentemb: {err}")  # bad input: the message says what and how to fix; no traceback
+        record["metrics"] = train(cfg)
+    except TrainingDiverged as err:
+        record.update(status="diverged", message=str(err))
+        error = err
+    except Exception as err:  # noqa: BLE001 (recorded, then re-raised unless a sweep must go on)
+        record.update(status="failed", message=f"{type(err).__name__}: {err}")
+        error = err
     finally:
-        finish_wandb()
-    return metrics.get(cfg.get("optimized_metric") or "")
+        record.update(job_description(cfg, hydra_cfg), wall_time_s=round(time.perf_counter() - started, 3))
+        write_record(Path(cfg.paths.output_dir), record)
+        finish_wandb(record)
+    if error is None:
+        return record["metrics"].get(cfg.get("optimized_metric") or "")
+    if is_multirun(hydra_cfg):
+        log.error("job %s %s: %s (the sweep goes on)", hydra_cfg.job.num, record["status"], record["message"])
+        return None  # the Optuna sweeper records a failed trial
+    if isinstance(error, SentembConfigError | TrainingDiverged):
+        sys.exit(f"sentemb: {error}")  # the message says what and how to fix; no traceback
+    raise error
+
+
+def job_description(cfg: DictConfig, hydra_cfg: DictConfig | None) -> dict[str, Any]:
+    """What names the job in a report: its overrides, the swept ones, seed, W&B name/group/tags."""
+    overrides = job_overrides(hydra_cfg)
+    swept = swept_keys(hydra_cfg)
+    wandb_cfg = (cfg.get("logger") or {}).get("wandb")
+    resolved = OmegaConf.to_container(wandb_cfg, resolve=True) if wandb_cfg else None
+    wandb = {k: resolved.get(k) for k in ("name", "group", "tags")} if resolved else None
+    return {
+        "overrides": overrides,
+        "swept": {override_key(o): o.split("=", 1)[1] for o in overrides if override_key(o) in swept},
+        "seed": cfg.seed,
+        "job": hydra_cfg.job.num if is_multirun(hydra_cfg) else None,
+        "wandb": wandb,
+    }
 
 
 if __name__ == "__main__":
