@@ -32,6 +32,13 @@ def wandb_mode() -> str:
     return "offline" if wandb_offline() else "online"
 
 
+def sqlite_storage(directory: str) -> str:
+    """An Optuna sqlite URL in `directory`, created now: the sweeper opens it before Hydra makes the sweep dir."""
+    folder = Path(directory).expanduser().resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{folder / 'optuna.db'}"
+
+
 def register_resolvers() -> None:
     from sentemb.run_record import wandb_run_group, wandb_run_name
 
@@ -39,6 +46,7 @@ def register_resolvers() -> None:
     OmegaConf.register_new_resolver("wandb_mode", wandb_mode, replace=True)
     OmegaConf.register_new_resolver("wandb_run_name", wandb_run_name, replace=True)
     OmegaConf.register_new_resolver("wandb_run_group", wandb_run_group, replace=True)
+    OmegaConf.register_new_resolver("sqlite_storage", sqlite_storage, replace=True)
 
 
 register_resolvers()
@@ -93,3 +101,34 @@ def check_combination(cfg: DictConfig) -> None:
             "pooling would be ignored. Fix: pooling=cls (SARCSE on the whole sentence) or pooling=hicl "
             "(SARCSE on every segment, pooling.prompt=false)."
         )
+
+
+def apply_sweep_winner(cfg: DictConfig) -> list[str]:
+    """`from_sweep=<dir>`: set the best configuration of that finished sweep, except keys this job overrides itself.
+
+    Values only (e.g. data.batch_size, optimizer.lr): a config group cannot change after composition.
+    """
+    source = cfg.get("from_sweep")
+    if not source:
+        return []
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from sentemb.run_record import current_hydra, job_overrides, override_key
+    from sentemb.sweep_report import winner_overrides
+
+    hydra_cfg = current_hydra()
+    own = {override_key(o) for o in job_overrides(hydra_cfg)}
+    groups = set(hydra_cfg.runtime.choices) if hydra_cfg is not None else set()
+    applied = []
+    for override in OverridesParser.create().parse_overrides(winner_overrides(Path(str(source)).expanduser())):
+        key = override.key_or_group
+        if key in own:
+            continue
+        if key in groups or OmegaConf.select(cfg, key, default=None) is None:
+            raise SentembConfigError(
+                f"from_sweep={source}: its winner sets {key}={override.value()}, which is not a value of this "
+                f"config (a config group or an unknown key). Fix: pass {key}=... on the command line instead."
+            )
+        OmegaConf.update(cfg, key, override.value(), merge=False)
+        applied.append(f"{key}={override.value()}")
+    return applied

@@ -18,10 +18,11 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from sentemb.callbacks import STSBDevEvaluation
-from sentemb.config import instantiate_checked, prepare_run
+from sentemb.config import apply_sweep_winner, instantiate_checked, prepare_run
 from sentemb.errors import SentembConfigError
 from sentemb.eval.sts import STSBenchmark
 from sentemb.module import SentembModule
+from sentemb.paths import PROJECT_ROOT
 from sentemb.run_record import (
     TrainingDiverged,
     current_hydra,
@@ -42,6 +43,9 @@ warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
 
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Run one training job; returns the final metrics (best dev, test, checkpoint path)."""
+    winner = apply_sweep_winner(cfg)  # before the checks, so the winner's values are checked too
+    if winner:
+        log.info("from_sweep=%s: %s", cfg.from_sweep, " ".join(winner))
     corpus = prepare_run(cfg)
     # reads STS-B dev now, so a bad path fails before the model is loaded
     dev_eval: STSBDevEvaluation = instantiate_checked(cfg.eval)
@@ -145,7 +149,7 @@ def finish_wandb(record: dict[str, Any] | None = None) -> None:
     wandb.finish(exit_code=0 if record is None or record["status"] == "ok" else 1)
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
+@hydra.main(version_base="1.3", config_path=str(PROJECT_ROOT / "conf"), config_name="train")
 def main(cfg: DictConfig) -> float | None:
     """One job. Its outcome goes to `metrics.json`; in a sweep a failed or diverged job never stops the others."""
     hydra_cfg = current_hydra()
@@ -191,4 +195,7 @@ def job_description(cfg: DictConfig, hydra_cfg: DictConfig | None) -> dict[str, 
 
 
 if __name__ == "__main__":
-    main()
+    # the importable module's `main`, not __main__'s: submitit (launcher=...) then pickles the job by reference
+    from sentemb.train import main as entry_point
+
+    entry_point()

@@ -12,7 +12,10 @@ from hydra.utils import instantiate
 from sentemb.losses import LossOutput
 from tests.conftest import CONF_DIR, compose_train
 
-GROUPS = ["model", "pooling", "loss", "data", "trainer", "callbacks", "logger", "eval", "experiment", "hparams_search"]
+GROUPS = [
+    *("model", "pooling", "loss", "data", "trainer", "callbacks", "logger", "eval"),
+    *("experiment", "hparams_search", "launcher"),
+]
 OPTIONS = [(group, path.stem) for group in GROUPS for path in sorted((CONF_DIR / group).glob("*.yaml"))]
 
 

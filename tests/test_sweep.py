@@ -1,0 +1,185 @@
+"""Sweeps → answers: metrics.json per job, failed/diverged jobs, W&B names/groups, the report, Optuna, submitit."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sentemb.errors import SentembConfigError
+from sentemb.offline_runs import run_info, summary
+from sentemb.run_record import read_records, write_record
+from sentemb.sweep_report import configurations, job_rows, pooled_seed_std, write_report
+from sentemb.sweep_report import main as report_main
+from tests.conftest import compose_train
+
+TINY_JOB = ["model=tiny", "trainer.max_steps=2", "eval.every_n_steps=2", "eval.at_start=false"]
+
+
+def sweep(args: list[str], sweep_dir: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`python -m sentemb.train -m ...` as a user runs it (W&B offline unless configured)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_MODE", "WANDB_API_KEY")}
+    command = [sys.executable, "-m", "sentemb.train", "-m", *args, f"hydra.sweep.dir={sweep_dir}"]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def wandb_log(directory: Path) -> Path:
+    [log] = list(directory.glob("wandb/offline-run-*/run-*.wandb"))
+    return log
+
+
+def wait_for(log: Path, key: str, timeout: float = 30.0) -> dict:
+    """W&B's service may still be writing after the process ended: wait for the summary key."""
+    deadline = time.monotonic() + timeout
+    while key not in (values := summary(log)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return values
+
+
+def test_two_by_two_sweep_with_two_seeds_gives_records_report_and_named_wandb_runs(small_corpus, tmp_path):
+    sweep_dir = tmp_path / "mmhe_grid"
+    grid = ["loss=mmhe", "loss.m=0.2,0.4", "loss.r=1.0,1.5", "seed=1,2"]
+    result = sweep([*TINY_JOB, *grid, f"data.corpus={small_corpus}"], sweep_dir)
+
+    records = read_records(sweep_dir)
+    assert len(records) == 8 and all(r["status"] == "ok" for _, r in records)
+    for directory, record in records:
+        m, r, seed = record["swept"]["loss.m"], record["swept"]["loss.r"], record["swept"]["seed"]
+        assert record["seed"] == int(seed) and record["wall_time_s"] > 0
+        assert record["wandb"]["name"] == f"loss.m={m} loss.r={r} seed={seed}"
+        info = run_info(wandb_log(directory))
+        assert info == {"name": f"loss.m={m} loss.r={r} seed={seed}", "group": "mmhe_grid", "job_type": "",
+                        "tags": ["tiny", "cls", "mmhe"]}  # fmt: skip
+        final = wait_for(wandb_log(directory), "status")
+        assert final["status"] == "ok"
+        assert final["stsb/best_dev_spearman"] == record["metrics"]["stsb/best_dev_spearman"]  # the same float
+
+    # the report ran by itself at the end of the multirun (Hydra callback)
+    assert "(sweep report in" in result.stdout
+    rows = list(csv.DictReader((sweep_dir / "sweep.csv").open()))
+    assert len(rows) == 8 and {r["status"] for r in rows} == {"ok"}
+    table = [
+        line for line in (sweep_dir / "sweep.md").read_text().splitlines() if line.startswith("| ") and "±" in line
+    ]
+    assert len(table) == 4 and all(line.split("|")[-3].strip() == "2" for line in table), table  # n = 2 seeds
+    for png in ("sweep_loss.m.png", "sweep_loss.r.png", "sweep_heatmap.png"):
+        assert (sweep_dir / png).stat().st_size > 5_000, png
+    report_run = run_info(wandb_log(sweep_dir))
+    assert report_run["group"] == "mmhe_grid" and report_run["job_type"] == "sweep-report"
+
+
+def test_failed_and_diverged_jobs_are_recorded_while_the_others_finish(small_corpus, tmp_path):
+    # τ = 1e-46 is 0 in float32: s/τ = inf, a NaN loss at the first step; a missing corpus fails the job
+    corpus = f"data.corpus={small_corpus},{tmp_path / 'missing.txt'}"
+    sweep([*TINY_JOB, "logger=csv", corpus, "loss.tau=0.05,1e-46"], tmp_path / "s")
+    status = {
+        (r["swept"]["data.corpus"].endswith("missing.txt"), r["swept"]["loss.tau"]): r
+        for _, r in read_records(tmp_path / "s")
+    }
+    assert status[(False, "0.05")]["status"] == "ok"
+    assert status[(False, "1e-46")]["status"] == "diverged"
+    assert "training diverged at step 0: train/loss = nan" in status[(False, "1e-46")]["message"]
+    assert [status[(True, tau)]["status"] for tau in ("0.05", "1e-46")] == ["failed", "failed"]
+    assert "missing.txt" in status[(True, "0.05")]["message"]
+    report = (tmp_path / "s" / "sweep.md").read_text()
+    assert "4 jobs: 1 ok, 2 failed, 1 diverged" in report and "## Failed and diverged jobs" in report
+
+
+def test_a_single_diverged_run_exits_nonzero_and_keeps_its_record(small_corpus, tmp_path):
+    command = [sys.executable, "-m", "sentemb.train", *TINY_JOB, "logger=csv", "loss.tau=1e-46",
+               f"data.corpus={small_corpus}", f"hydra.run.dir={tmp_path}"]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("sentemb: training diverged at step 0")
+    assert json.loads((tmp_path / "metrics.json").read_text())["status"] == "diverged"
+
+
+def test_optuna_runs_three_trials_into_a_resumable_study(small_corpus, tmp_path):
+    import optuna
+
+    args = [*TINY_JOB, "logger=csv", "loss=mmhe", "hparams_search=optuna", "hydra.sweeper.n_trials=3"]
+    sweep([*args, f"data.corpus={small_corpus}"], tmp_path / "opt")
+    assert (tmp_path / "opt" / "optuna.db").is_file()
+    records = read_records(tmp_path / "opt")
+    assert len(records) == 3 and all(r["status"] == "ok" for _, r in records)
+    assert all(set(r["swept"]) == {"loss.m", "loss.tau", "loss.r"} for _, r in records)
+    study = optuna.load_study(study_name="sentemb", storage=f"sqlite:///{tmp_path / 'opt' / 'optuna.db'}")
+    best = max(r["metrics"]["stsb/dev_spearman_best"] for _, r in records)
+    assert len(study.trials) == 3 and study.best_value == best  # the value main() returned: the same float
+
+
+def test_submitit_local_launcher_runs_a_two_job_sweep(small_corpus, tmp_path):
+    sweep([*TINY_JOB, "logger=csv", "launcher=local_processes", "loss.tau=0.05,0.1", f"data.corpus={small_corpus}"],
+          tmp_path / "sub")  # fmt: skip
+    records = read_records(tmp_path / "sub")
+    assert [r["swept"]["loss.tau"] for _, r in records] == ["0.05", "0.1"]
+    assert all(r["status"] == "ok" for _, r in records)
+    assert (tmp_path / "sub" / ".submitit").is_dir(), "the jobs went through submitit"
+
+
+def fake_sweep(directory: Path, jobs: list[tuple[dict[str, str], int, float | None, str]]) -> None:
+    for number, (values, seed, dev, status) in enumerate(jobs):
+        overrides = [f"{k}={v}" for k, v in values.items()] + [f"seed={seed}"]
+        metrics = (
+            {} if dev is None else {"stsb/best_dev_spearman": dev, "stsb/test_spearman": dev - 5, "stsb/best_step": 10}
+        )
+        write_record(directory / str(number), {"status": status, "message": "" if status == "ok" else "boom",
+                     "metrics": metrics, "overrides": overrides, "swept": {}, "seed": seed})  # fmt: skip
+
+
+def test_report_pools_seeds_into_mean_and_std(tmp_path):
+    fake_sweep(tmp_path, [
+        ({"optimizer.lr": "1e-5", "data.batch_size": "64"}, 1, 80.0, "ok"),
+        ({"optimizer.lr": "1e-5", "data.batch_size": "64"}, 2, 82.0, "ok"),
+        ({"optimizer.lr": "3e-5", "data.batch_size": "64"}, 1, 83.0, "ok"),
+        ({"optimizer.lr": "3e-5", "data.batch_size": "64"}, 2, 84.0, "ok"),
+        ({"optimizer.lr": "5e-5", "data.batch_size": "64"}, 1, None, "diverged"),
+    ])  # fmt: skip
+    rows, params = job_rows(tmp_path)
+    assert params == ["optimizer.lr"], "data.batch_size never varies; seed is pooled, not a parameter"
+    best, second = configurations(rows, params)
+    # float64 means and sample stds of two numbers: exact halves and √2·(difference)/2, rounding ~1e-15
+    assert (best["optimizer.lr"], best["n"]) == ("3e-5", 2)
+    assert best["dev_mean"] == pytest.approx(83.5, rel=1e-12) and best["dev_std"] == pytest.approx(
+        math.sqrt(0.5), rel=1e-12
+    )
+    assert second["dev_mean"] == pytest.approx(81.0, rel=1e-12) and second["dev_std"] == pytest.approx(
+        math.sqrt(2), rel=1e-12
+    )
+    assert pooled_seed_std([best, second])[0] == pytest.approx(math.sqrt(1.25), rel=1e-12)
+    out = write_report(tmp_path)
+    assert "| 1 | 3e-5 | 83.50 ± 0.71 | 78.50 ± 0.71 | 10 | 2 | 1, 2 |" in out["markdown"]
+    assert "| 4 | 5e-5 | 1 | diverged | boom |" in out["markdown"]
+    assert (tmp_path / "best_overrides.txt").read_text() == "optimizer.lr=3e-5\n"
+
+
+def test_from_sweep_applies_the_winner_but_the_jobs_own_overrides_win(tmp_path):
+    from sentemb.config import apply_sweep_winner
+
+    fake_sweep(tmp_path / "stage1", [
+        ({"optimizer.lr": "1e-5", "data.batch_size": "128"}, 1, 80.0, "ok"),
+        ({"optimizer.lr": "3e-5", "data.batch_size": "256"}, 1, 84.0, "ok"),
+    ])  # fmt: skip
+    cfg = compose_train([f"from_sweep={tmp_path / 'stage1'}"], tmp_path)
+    assert apply_sweep_winner(cfg) == ["optimizer.lr=3e-05", "data.batch_size=256"]
+    assert (cfg.optimizer.lr, cfg.data.batch_size) == (3e-5, 256)  # the same floats the overrides parse to
+    cfg = compose_train([f"from_sweep={tmp_path / 'stage1'}", "data.batch_size=32"], tmp_path)
+    apply_sweep_winner(cfg)
+    assert (cfg.optimizer.lr, cfg.data.batch_size) == (3e-5, 32)
+    fake_sweep(tmp_path / "groups", [({"loss": "mmhe"}, 1, 80.0, "ok"), ({"loss": "mbarlow"}, 1, 81.0, "ok")])
+    with pytest.raises(SentembConfigError, match="winner sets loss=mbarlow.*Fix: pass loss="):
+        apply_sweep_winner(compose_train([f"from_sweep={tmp_path / 'groups'}"], tmp_path))
+
+
+def test_report_of_a_directory_without_records_says_so(tmp_path, capsys):
+    assert report_main([str(tmp_path)]) == 1
+    assert f"{tmp_path}: no metrics.json below it" in capsys.readouterr().err
