@@ -154,10 +154,11 @@ def main(cfg: DictConfig) -> float | None:
     """One job. Its outcome goes to `metrics.json`; in a sweep a failed or diverged job never stops the others."""
     hydra_cfg = current_hydra()
     started = time.perf_counter()
-    record: dict[str, Any] = {"status": "ok", "message": "", "metrics": {}}
+    # until train() returns; an interrupt (KeyboardInterrupt, SystemExit) leaves this in the record
+    record: dict[str, Any] = {"status": "failed", "message": "interrupted", "metrics": {}}
     error: BaseException | None = None
     try:
-        record["metrics"] = train(cfg)
+        record.update(status="ok", message="", metrics=train(cfg))
     except TrainingDiverged as err:
         record.update(status="diverged", message=str(err))
         error = err
@@ -183,7 +184,10 @@ def job_description(cfg: DictConfig, hydra_cfg: DictConfig | None) -> dict[str, 
     overrides = job_overrides(hydra_cfg)
     swept = swept_keys(hydra_cfg)
     wandb_cfg = (cfg.get("logger") or {}).get("wandb")
-    resolved = OmegaConf.to_container(wandb_cfg, resolve=True) if wandb_cfg else None
+    try:  # the record is written whatever failed, a logger config that cannot resolve included
+        resolved = OmegaConf.to_container(wandb_cfg, resolve=True) if wandb_cfg else None
+    except Exception:  # noqa: BLE001
+        resolved = None
     wandb = {k: resolved.get(k) for k in ("name", "group", "tags")} if resolved else None
     return {
         "overrides": overrides,
