@@ -25,9 +25,12 @@ def packaged_model_path(package: str) -> str:
     return str(module.get_model_path())
 
 
-def pretrained_backbone(name_or_path: str) -> PreTrainedModel:
-    """A Hugging Face encoder (BERT or RoBERTa family) without its NSP pooler, which SimCSE never uses."""
-    return AutoModel.from_pretrained(name_or_path, add_pooling_layer=False)
+def pretrained_backbone(name_or_path: str, **config_overrides: float) -> PreTrainedModel:
+    """A Hugging Face encoder (BERT or RoBERTa family) without its NSP pooler, which SimCSE never uses.
+
+    `config_overrides` (e.g. hidden_dropout_prob) replace the checkpoint's own config values.
+    """
+    return AutoModel.from_pretrained(name_or_path, add_pooling_layer=False, **config_overrides)
 
 
 def pretrained_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
@@ -41,6 +44,8 @@ def tiny_bert(
     num_attention_heads: int = 2,
     intermediate_size: int = 64,
     max_position_embeddings: int = 512,
+    hidden_dropout_prob: float = 0.1,
+    attention_probs_dropout_prob: float = 0.1,
 ) -> PreTrainedModel:
     """A small randomly initialised BERT built in-process (for tests; seeded by the global seed)."""
     config = BertConfig(
@@ -50,5 +55,7 @@ def tiny_bert(
         num_attention_heads=num_attention_heads,
         intermediate_size=intermediate_size,
         max_position_embeddings=max_position_embeddings,
+        hidden_dropout_prob=hidden_dropout_prob,
+        attention_probs_dropout_prob=attention_probs_dropout_prob,
     )
     return BertModel(config, add_pooling_layer=False)

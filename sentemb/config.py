@@ -74,6 +74,9 @@ def prepare_run(cfg: DictConfig) -> CorpusReport:
     if cfg.pooling.get("template") is not None:
         check_template(cfg.pooling.template)
     check_combination(cfg)
+    dropout = cfg.model.get("dropout")
+    if dropout is not None and not (isinstance(dropout, int | float) and 0.0 <= dropout < 1.0):
+        raise SentembConfigError(f"model.dropout={dropout} must be a number in [0, 1), or null for the model's own")
     for key in ("batch_size", "max_length"):
         value = cfg.data.get(key)
         if value is not None and value < 1:

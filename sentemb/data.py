@@ -111,4 +111,6 @@ class UnsupervisedTextDataModule(L.LightningDataModule):
             num_workers=self.num_workers,
             collate_fn=DataCollatorWithPadding(self.tokenizer),
             persistent_workers=self.num_workers > 0,
+            # under DDP every rank must gather equally many embeddings: no ragged last batch
+            drop_last=self.trainer is not None and self.trainer.world_size > 1,
         )

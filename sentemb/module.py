@@ -14,6 +14,7 @@ import torch.distributed as dist
 from hydra.utils import instantiate
 
 from sentemb.encoder import SentenceEncoder
+from sentemb.errors import SentembConfigError
 from sentemb.losses import LossOutput
 from sentemb.run_record import TrainingDiverged
 
@@ -24,7 +25,12 @@ def build_encoder(model: dict, pooling: dict, head: dict | None = None) -> Sente
     A head that makes the sentence vector itself (SARCSE) takes the pooling's place, or with HiCL
     the place of the per-segment pooling.
     """
-    backbone = instantiate(model["backbone"])
+    dropout = model.get("dropout")
+    if dropout is not None and not 0.0 <= float(dropout) < 1.0:
+        raise SentembConfigError(f"model.dropout={dropout} must be in [0, 1) (null keeps the checkpoint's own)")
+    # dropout is SimCSE's augmentation: model.dropout sets the hidden and attention dropout of any BERT/RoBERTa
+    overrides = {} if dropout is None else {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
+    backbone = instantiate(model["backbone"], **overrides)
     tokenizer = instantiate(model["tokenizer"])
     size = backbone.config.hidden_size
     pooler = instantiate(pooling, hidden_size=size)
@@ -73,18 +79,30 @@ class SentembModule(L.LightningModule):
             if hasattr(module, "prepare_training"):
                 module.prepare_training(self.encoder.tokenizer)
 
-    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        n = batch["input_ids"].shape[0]
+    def step_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """(loss to back-propagate, loss to log, logged parts) of one training batch.
+
+        Under DDP with gathered negatives every rank computes the global batch's loss but
+        back-propagates only into its own slice, and DDP then averages the ranks' gradients: the
+        update would be 1/world_size of one process's on the concatenated batch. The gathered loss
+        is therefore scaled by world_size for backward, so the averaged gradient is exactly that
+        one process's; auxiliary terms (HiCL's local loss, SARCSE's reconstruction) are per-rank
+        means over local data, which DDP's average already turns into the global mean.
+        """
         # one forward over both copies: dropout draws a different mask for each (unsup. SimCSE)
         views = self.encoder.training_views(batch)
         z1, z2 = views.z1, views.z2
+        world = 1
         if self.gather_negatives:
             z1, z2 = gather_with_grad(z1), gather_with_grad(z2)
+            world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
         output: LossOutput = self.loss(z1, z2)
         total = output.loss if views.global_weight == 1.0 else views.global_weight * output.loss
+        backward = total * world if world > 1 else total
         logged = {}
         for label, (weight, value) in views.auxiliary.items():  # e.g. HiCL: α·L_local + (1 − α)·L_global
             total = total + weight * value
+            backward = backward + weight * value
             logged[f"train/loss/{label}"] = value.detach()
         if views.auxiliary:
             logged["train/loss/global"] = output.loss.detach()
@@ -94,13 +112,18 @@ class SentembModule(L.LightningModule):
                 f"({type(self.loss).__name__}). Fix: a larger loss.tau, a smaller optimizer.lr, or "
                 "trainer.precision=32-true / bf16-mixed instead of 16-mixed"
             )
-        self.log("train/loss", total, prog_bar=True, batch_size=n)
         # each term of a weighted sum, and the paradigm's telemetry (Figures 7–9), every step
         logged.update({f"train/loss/{label}": value for label, value in output.terms.items()})
         logged.update({f"paradigm/{name}": value for name, value in output.stats.items()})
+        return backward, total, logged
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        n = batch["input_ids"].shape[0]
+        backward, total, logged = self.step_loss(batch)
+        self.log("train/loss", total, prog_bar=True, batch_size=n)
         if logged:
             self.log_dict(logged, batch_size=n)
-        return total
+        return backward
 
     def configure_optimizers(self) -> dict[str, Any]:
         optimizer = instantiate(self.hparams.optimizer)(params=self.parameters())

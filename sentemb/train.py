@@ -73,6 +73,13 @@ def build_trainer(cfg: DictConfig, extra_callbacks: list[L.Callback] = (), **ove
     callbacks = [*extra_callbacks, *(instantiate(c) for c in (cfg.get("callbacks") or {}).values())]
     loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values()]
     trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, **overrides)
+    visible = torch.cuda.device_count()
+    if visible > 1 and trainer.world_size == 1:
+        warnings.warn(
+            f"{visible} GPUs are visible but the trainer uses one: pass trainer=ddp trainer.devices={visible} "
+            "to train on all of them (negatives are then gathered across GPUs)",
+            stacklevel=1,
+        )
     # deterministic=True also makes torch NaN-fill every new tensor, a debugging aid that costs ~2% of a
     # CPU step; the algorithms stay the deterministic ones without it
     torch.utils.deterministic.fill_uninitialized_memory = False

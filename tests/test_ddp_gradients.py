@@ -1,0 +1,140 @@
+"""One DDP step (2 CPU processes, gloo) equals one process on the concatenated batch: loss and every gradient."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+
+from sentemb.module import SentembModule
+from sentemb.train import resolved_container
+from tests.conftest import compose_train
+
+LOSSES = ["infonce", "focal", "mmhe", "mbarlow", "vicreg"]
+SENTENCES = [
+    "a man is playing a guitar .", "the cat sits on the mat", "two dogs run through a field of grass",
+    "a woman slices an onion", "stocks fell sharply on monday", "hi", "the weather is nice today",
+    "children are playing football in the park near the school",
+]  # fmt: skip
+
+
+class StepLoss(nn.Module):
+    """What Lightning's DDP wrapper does: the wrapped forward is the training step."""
+
+    def __init__(self, module: SentembModule) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        backward, total, _ = self.module.step_loss(batch)
+        return backward, total
+
+
+def build(configs: dict) -> SentembModule:
+    torch.manual_seed(0)  # the same weights in every process
+    return SentembModule(**configs)
+
+
+def gradients(module: SentembModule) -> dict[str, torch.Tensor]:
+    return {name: p.grad.detach().clone() for name, p in module.named_parameters() if p.grad is not None}
+
+
+def _worker(rank: int, world: int, port: int, configs: dict, batch: dict, out: dict) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    n = batch["input_ids"].shape[0] // world
+    local = {k: v[rank * n : (rank + 1) * n] for k, v in batch.items()}
+    for name, config in configs.items():
+        module = build(config)
+        ddp = nn.parallel.DistributedDataParallel(StepLoss(module))  # kept alive: its reducer runs in backward
+        backward, total = ddp(local)
+        backward.backward()  # DDP averages the ranks' gradients here
+        out[(rank, name)] = (total.detach(), gradients(module))
+    dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def configs(tmp_path_factory) -> dict[str, dict]:
+    out = {}
+    for name in LOSSES:
+        cfg = compose_train(["model=tiny", "model.dropout=0.0", f"loss={name}"], tmp_path_factory.mktemp(name))
+        keys = ("model", "pooling", "loss", "optimizer", "scheduler")
+        out[name] = {key: resolved_container(cfg[key]) for key in keys}
+    return out
+
+
+def test_ddp_step_equals_one_process_on_the_global_batch(configs):
+    reference = build(configs["infonce"])
+    batch = dict(reference.encoder.tokenizer(SENTENCES, padding=True, return_tensors="pt"))
+    out = mp.Manager().dict()
+    mp.spawn(_worker, args=(2, _free_port(), configs, batch, out), nprocs=2, join=True)
+    for name, config in configs.items():
+        single = build(config)
+        backward, total, _ = single.step_loss(batch)
+        backward.backward()
+        expected = gradients(single)
+        for rank in (0, 1):
+            loss, grads = out[(rank, name)]
+            # other batch shapes (4 vs 8 rows) and DDP's all-reduce order: float32 apart by ~1e-7, asked: 1e-5
+            torch.testing.assert_close(loss, total.detach(), rtol=1e-5, atol=1e-5, msg=f"{name} loss, rank {rank}")
+            assert grads.keys() == expected.keys(), name
+            for param, grad in grads.items():
+                torch.testing.assert_close(
+                    grad, expected[param], rtol=1e-5, atol=1e-5, msg=lambda m, p=param: f"{p}: {m}"
+                )
+
+
+def test_model_dropout_sets_every_dropout_and_zero_makes_the_views_equal(tmp_path):
+    from sentemb.config import prepare_run
+    from sentemb.errors import SentembConfigError
+
+    def module(dropout: str) -> SentembModule:
+        cfg = compose_train(["model=tiny", f"model.dropout={dropout}"], tmp_path)
+        return build({key: resolved_container(cfg[key]) for key in ("model", "pooling", "loss", "optimizer")})
+
+    heavy = module("0.3")
+    assert heavy.encoder.backbone.config.hidden_dropout_prob == 0.3
+    assert heavy.encoder.backbone.config.attention_probs_dropout_prob == 0.3
+    assert all(m.p == 0.3 for m in heavy.modules() if isinstance(m, nn.Dropout))
+    batch = dict(heavy.encoder.tokenizer(SENTENCES[:4], padding=True, return_tensors="pt"))
+    views = module("0.0").encoder.training_views(batch)
+    # the same rows at other positions of one doubled batch: float32 GEMM edge blocks may round apart, ~1e-7
+    torch.testing.assert_close(views.z1, views.z2, rtol=1e-6, atol=1e-6)
+    noisy = heavy.encoder.training_views(batch)
+    assert not torch.allclose(noisy.z1, noisy.z2), "dropout 0.3: the two views differ"
+    with pytest.raises(SentembConfigError, match=r"model.dropout=1.5 must be a number in \[0, 1\)"):
+        prepare_run(compose_train(["model=tiny", "model.dropout=1.5"], tmp_path))
+
+
+def test_ddp_training_drops_the_ragged_last_batch(small_corpus, tmp_path):
+    from types import SimpleNamespace
+
+    from hydra.utils import instantiate
+
+    cfg = compose_train(["model=tiny", f"data.corpus={small_corpus}", "data.batch_size=64"], tmp_path)
+    data = instantiate(cfg.data, tokenizer=instantiate(cfg.model.tokenizer))
+    data.setup("fit")
+    assert not data.train_dataloader().drop_last, "one process keeps every sentence"
+    data.trainer = SimpleNamespace(world_size=2)
+    assert data.train_dataloader().drop_last, "every rank must gather equally many embeddings"
+
+
+def test_several_visible_gpus_with_a_single_device_trainer_warn(tmp_path, monkeypatch):
+    from sentemb.train import build_trainer
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    cfg = compose_train(["model=tiny", "trainer=cpu", "logger=none", "callbacks=none"], tmp_path)
+    with pytest.warns(UserWarning, match="4 GPUs are visible but the trainer uses one: pass trainer=ddp"):
+        build_trainer(cfg)
