@@ -14,7 +14,6 @@ import torch.distributed as dist
 from hydra.utils import instantiate
 
 from sentemb.encoder import SentenceEncoder
-from sentemb.errors import SentembConfigError
 from sentemb.losses import LossOutput
 from sentemb.run_record import TrainingDiverged
 
@@ -25,9 +24,7 @@ def build_encoder(model: dict, pooling: dict, head: dict | None = None) -> Sente
     A head that makes the sentence vector itself (SARCSE) takes the pooling's place, or with HiCL
     the place of the per-segment pooling.
     """
-    dropout = model.get("dropout")
-    if dropout is not None and not 0.0 <= float(dropout) < 1.0:
-        raise SentembConfigError(f"model.dropout={dropout} must be in [0, 1) (null keeps the checkpoint's own)")
+    dropout = model.get("dropout")  # checked by prepare_run
     # dropout is SimCSE's augmentation: model.dropout sets the hidden and attention dropout of any BERT/RoBERTa
     overrides = {} if dropout is None else {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
     backbone = instantiate(model["backbone"], **overrides)
@@ -44,9 +41,14 @@ def build_encoder(model: dict, pooling: dict, head: dict | None = None) -> Sente
     return SentenceEncoder(backbone, tokenizer, pooler)
 
 
+def world_size() -> int:
+    """Processes in the default group (1 without torch.distributed)."""
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
 def gather_with_grad(z: torch.Tensor) -> torch.Tensor:
     """All ranks' embeddings, the local slice kept as the autograd-tracked tensor (SimCSE's trick)."""
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+    if world_size() == 1:
         return z
     gathered = [torch.zeros_like(z) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, z.contiguous())
@@ -92,10 +94,9 @@ class SentembModule(L.LightningModule):
         # one forward over both copies: dropout draws a different mask for each (unsup. SimCSE)
         views = self.encoder.training_views(batch)
         z1, z2 = views.z1, views.z2
-        world = 1
-        if self.gather_negatives:
+        world = world_size() if self.gather_negatives else 1
+        if world > 1:
             z1, z2 = gather_with_grad(z1), gather_with_grad(z2)
-            world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
         output: LossOutput = self.loss(z1, z2)
         total = output.loss if views.global_weight == 1.0 else views.global_weight * output.loss
         backward = total * world if world > 1 else total

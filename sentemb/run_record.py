@@ -43,7 +43,7 @@ def swept_keys(hydra_cfg: DictConfig | None) -> list[str]:
     in the sweep directory before it launches the jobs; the Optuna sweeper keeps its search space
     in `hydra.sweeper.params`.
     """
-    if hydra_cfg is None or "MULTIRUN" not in str(hydra_cfg.get("mode")):
+    if not is_multirun(hydra_cfg):
         return []
     keys = [str(key) for key in (hydra_cfg.sweeper.get("params") or {})]
     multirun = Path(str(hydra_cfg.sweep.dir)) / "multirun.yaml"

@@ -248,8 +248,7 @@ def write_report(sweep_dir: Path) -> dict[str, Any]:
     report = markdown(sweep_dir, rows, params, configs)
     (sweep_dir / "sweep.md").write_text(report, encoding="utf-8")
     if configs:
-        best = [f"{p}={configs[0][p]}" for p in params]
-        (sweep_dir / "best_overrides.txt").write_text("\n".join(best) + "\n", encoding="utf-8")
+        (sweep_dir / "best_overrides.txt").write_text("\n".join(as_overrides(configs[0], params)) + "\n")
     pngs = figures(sweep_dir, rows, params)
     return {"rows": rows, "params": params, "configurations": configs, "markdown": report, "figures": pngs}
 
@@ -260,7 +259,12 @@ def winner_overrides(sweep_dir: Path) -> list[str]:
     configs = configurations(rows, params)
     if not configs:
         raise SentembConfigError(f"from_sweep={sweep_dir}: no job of that sweep finished. Fix: name a finished sweep.")
-    return [f"{p}={configs[0][p]}" for p in params]
+    return as_overrides(configs[0], params)
+
+
+def as_overrides(config: dict[str, Any], params: list[str]) -> list[str]:
+    """A configuration's swept values as `key=value` overrides."""
+    return [f"{p}={config[p]}" for p in params]
 
 
 def log_to_wandb(result: dict[str, Any], project: str, group: str, directory: Path) -> None:
