@@ -7,7 +7,6 @@ numbers are identical by construction.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -15,19 +14,11 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-
-@dataclass
-class TrainingViews:
-    """The two dropout views' embeddings, the global loss's weight, and auxiliary (weight, loss) terms."""
-
-    z1: torch.Tensor
-    z2: torch.Tensor
-    global_weight: float = 1.0
-    auxiliary: dict[str, tuple[float, torch.Tensor]] = field(default_factory=dict)
+from sentemb.pooling import Pooling, TrainingViews
 
 
 class SentenceEncoder(nn.Module):
-    def __init__(self, backbone: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, pooling: nn.Module) -> None:
+    def __init__(self, backbone: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, pooling: Pooling) -> None:
         super().__init__()
         self.backbone = backbone
         self.pooling = pooling
@@ -39,25 +30,25 @@ class SentenceEncoder(nn.Module):
 
     def hidden_states(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The backbone's token states for `batch` after the pooling's own input preparation (template, slices)."""
-        if hasattr(self.pooling, "prepare"):
-            batch = self.pooling.prepare(batch, self.tokenizer)
-        inputs = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
-        return self.backbone(**inputs).last_hidden_state, batch
+        batch = self.pooling.prepare(batch, self.tokenizer)
+        return self.backbone_states(batch), batch
+
+    def backbone_states(self, prepared: dict[str, torch.Tensor]) -> torch.Tensor:
+        inputs = {k: v for k, v in prepared.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+        return self.backbone(**inputs).last_hidden_state
+
+    def training_batch(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The backbone's rows for both views: the batch twice (dropout draws a mask per row), then prepared."""
+        return self.pooling.prepare({name: torch.cat([value, value]) for name, value in batch.items()}, self.tokenizer)
+
+    def training_rows(self, prepared: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Per-row training outputs of prepared rows (any subset of them: GradCache passes chunks)."""
+        return self.pooling.training_rows(self.backbone_states(prepared), prepared)
 
     def training_views(self, batch: dict[str, torch.Tensor]) -> TrainingViews:
         """Both dropout views in one forward over the doubled batch (unsup. SimCSE); train-only heads on."""
-        n = batch["input_ids"].shape[0]
-        doubled = {name: torch.cat([value, value]) for name, value in batch.items()}
-        hidden, prepared = self.hidden_states(doubled)
-        if hasattr(self.pooling, "training_views"):  # HiCL: segment-level objectives as well
-            return self.pooling.training_views(hidden, prepared, n)
-        if hasattr(self.pooling, "embed_and_reconstruction_loss"):  # SARCSE: each view rebuilds its own tokens
-            z, reconstruction = self.pooling.embed_and_reconstruction_loss(
-                hidden, prepared["attention_mask"], prepared["input_ids"]
-            )
-            return TrainingViews(z[:n], z[n:], self.pooling.alpha, self.pooling.reconstruction_terms(reconstruction, n))
-        embeddings = self.pooling(hidden, prepared["attention_mask"], train_head=True, input_ids=prepared["input_ids"])
-        return TrainingViews(embeddings[:n], embeddings[n:])
+        rows = self.training_rows(self.training_batch(batch))
+        return self.pooling.training_views(rows, batch["input_ids"].shape[0])
 
     def forward(self, batch: dict[str, torch.Tensor], train_head: bool = False) -> torch.Tensor:
         """Token ids → sentence embeddings (B, H); `train_head` adds the train-only pooling MLP."""

@@ -20,12 +20,10 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from sentemb.encoder import TrainingViews
 from sentemb.errors import SentembConfigError
-from sentemb.pooling import CLSPooling, PromptPooling
+from sentemb.pooling import CLSPooling, Pooling, PromptPooling, TrainingViews
 from sentemb.prompt import PROMPTBERT_TEMPLATE, TokenTemplate, model_max_length, rebatch
 
 
@@ -56,7 +54,7 @@ def segment_weights(lengths: list[int], owner: list[int], weighting: str) -> lis
     ]
 
 
-class HiCLPooling(nn.Module):
+class HiCLPooling(Pooling):
     def __init__(
         self,
         hidden_size: int,
@@ -144,25 +142,22 @@ class HiCLPooling(nn.Module):
         return self.aggregate(self.segment_embeddings(hidden, batch, train_head))
 
     # ------------------------------------------------------------------ training objectives
-    def training_views(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor], n: int) -> TrainingViews:
+    def training_rows(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The rows are segments: their embeddings (and, with head=sarcse, each segment's reconstruction loss)."""
+        return self.segment_pooling.training_rows(hidden, batch)
+
+    def training_views(self, rows: dict[str, torch.Tensor], n: int) -> TrainingViews:
         """Sequence embeddings of both views, plus the local (and entailment) loss over their segments."""
-        head = self.segment_pooling
-        reconstruction = None
-        if hasattr(head, "embed_and_reconstruction_loss"):  # SARCSE on every segment
-            segments, reconstruction = head.embed_and_reconstruction_loss(
-                hidden, batch["attention_mask"], batch["input_ids"]
-            )
-        else:
-            segments = self.segment_embeddings(hidden, batch, train_head=True)
+        segments = rows["embedding"]
         sequences = self.aggregate(segments)
         half = segments.shape[0] // 2  # the doubled batch slices identically: first half is view 1
         global_weight = 1.0 - self.alpha - self.entailment_beta
         auxiliary = {"local": (self.alpha, self.local_loss(segments, half))}
         if self.entailment_beta > 0:
             auxiliary["entailment"] = (self.entailment_beta, self.entailment_loss(segments, sequences, half))
-        if reconstruction is not None:
-            auxiliary.update(head.reconstruction_terms(reconstruction, half))
-            global_weight *= head.alpha
+        if "reconstruction" in rows:  # SARCSE on every segment: Eq. 10's α scales the contrastive part
+            auxiliary.update(self.segment_pooling.reconstruction_terms(rows["reconstruction"], half))
+            global_weight *= self.segment_pooling.alpha
         return TrainingViews(sequences[:n], sequences[n:], global_weight, auxiliary)
 
     def local_loss(self, segments: torch.Tensor, half: int) -> torch.Tensor:

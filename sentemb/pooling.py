@@ -6,6 +6,8 @@ which evaluation never uses (SimCSE §3: "we take [CLS] without MLP at test time
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
@@ -13,7 +15,37 @@ from transformers import PreTrainedTokenizerBase
 from sentemb.prompt import PROMPTBERT_TEMPLATE, TokenTemplate, check_template, model_max_length, rebatch
 
 
-class CLSPooling(nn.Module):
+@dataclass
+class TrainingViews:
+    """The two dropout views' embeddings, the global loss's weight, and auxiliary (weight, loss) terms."""
+
+    z1: torch.Tensor
+    z2: torch.Tensor
+    global_weight: float = 1.0
+    auxiliary: dict[str, tuple[float, torch.Tensor]] = field(default_factory=dict)
+
+
+class Pooling(nn.Module):
+    """What every pooling and head implements; plain poolings keep the defaults.
+
+    Training is split in two so that GradCache can chunk the first part: `training_rows` is per
+    row (a row's outputs depend on its own tokens only), `training_views` is the batch-level rest.
+    """
+
+    def prepare(self, batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase) -> dict[str, torch.Tensor]:
+        """The backbone's input rows for a tokenised batch (a template, segments); unchanged by default."""
+        return batch
+
+    def training_rows(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Per-row training outputs of the prepared rows: here their embeddings, train-only MLP on."""
+        return {"embedding": self(hidden, batch["attention_mask"], train_head=True, input_ids=batch["input_ids"])}
+
+    def training_views(self, rows: dict[str, torch.Tensor], n: int) -> TrainingViews:
+        """The doubled batch's rows → the two views of its n sentences (first half is view 1)."""
+        return TrainingViews(rows["embedding"][:n], rows["embedding"][n:])
+
+
+class CLSPooling(Pooling):
     """[CLS] state; during training passed through SimCSE's MLP (Linear + Tanh)."""
 
     def __init__(self, hidden_size: int, mlp: str = "train") -> None:
@@ -32,7 +64,7 @@ class CLSPooling(nn.Module):
         return cls
 
 
-class MeanPooling(nn.Module):
+class MeanPooling(Pooling):
     """Average of the token states the attention mask keeps (padding excluded)."""
 
     def __init__(self, hidden_size: int) -> None:
@@ -45,7 +77,7 @@ class MeanPooling(nn.Module):
         return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
 
 
-class PromptPooling(nn.Module):
+class PromptPooling(Pooling):
     """PromptBERT's [MASK] state: each sentence is wrapped in a template, the mask token's hidden state
     is the embedding (plus SimCSE's train-only MLP unless mlp=none).
 

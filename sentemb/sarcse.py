@@ -32,12 +32,13 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from sentemb.errors import SentembConfigError
+from sentemb.pooling import Pooling, TrainingViews
 
 log = logging.getLogger(__name__)
 KERNELS = (3, 4, 5)
 
 
-class SARCSEHead(nn.Module):
+class SARCSEHead(Pooling):
     def __init__(
         self,
         hidden_size: int,
@@ -139,6 +140,15 @@ class SARCSEHead(nn.Module):
         per_token = (rebuilt.float() - states.float()).pow(2).mean(dim=-1)  # MSE(x_i, x'_i) over the hidden width
         weight = self.token_weights(ids) * mask
         return z, (weight * per_token).sum(dim=1) / mask.sum(dim=1).clamp_min(1)
+
+    def training_rows(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Each row's Z and its own L_R (Eq. 9): both views reconstruct their own tokens."""
+        z, reconstruction = self.embed_and_reconstruction_loss(hidden, batch["attention_mask"], batch["input_ids"])
+        return {"embedding": z, "reconstruction": reconstruction}
+
+    def training_views(self, rows: dict[str, torch.Tensor], n: int) -> TrainingViews:
+        z = rows["embedding"]
+        return TrainingViews(z[:n], z[n:], self.alpha, self.reconstruction_terms(rows["reconstruction"], n))
 
     def reconstruction_terms(self, per_row: torch.Tensor, half: int) -> dict[str, tuple[float, torch.Tensor]]:
         """β·L_R (first view's rows) and γ·L_R⁺ (second view's rows) of Eq. 10."""
