@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,8 @@ from sentemb.data import CorpusReport, check_corpus
 from sentemb.errors import SentembConfigError
 from sentemb.paths import resolve_data_root
 from sentemb.prompt import check_template
+
+log = logging.getLogger(__name__)
 
 
 def wandb_offline() -> bool:
@@ -79,6 +82,7 @@ def prepare_run(cfg: DictConfig) -> CorpusReport:
     dropout = cfg.model.get("dropout")
     if dropout is not None and not (isinstance(dropout, int | float) and 0.0 <= dropout < 1.0):
         raise SentembConfigError(f"model.dropout={dropout} must be a number in [0, 1), or null for the model's own")
+    check_grad_cache(cfg)
     for key in ("batch_size", "max_length"):
         value = cfg.data.get(key)
         if value is not None and value < 1:
@@ -89,6 +93,21 @@ def prepare_run(cfg: DictConfig) -> CorpusReport:
         )
     cfg.paths.data_dir = str(resolve_data_root(cfg.paths.data_dir))
     return check_corpus(Path(cfg.data.corpus).expanduser())
+
+
+def check_grad_cache(cfg: DictConfig) -> None:
+    chunk = cfg.get("grad_cache")
+    if chunk is None:
+        return
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise SentembConfigError(
+            f"grad_cache={chunk} must be a whole number of sentences per chunk (>= 1), or null for one forward. "
+            "Fix: e.g. data.batch_size=512 grad_cache=64"
+        )
+    if chunk >= cfg.data.batch_size:
+        log.warning(
+            "grad_cache=%d >= data.batch_size=%d: one chunk, which only adds a forward", chunk, cfg.data.batch_size
+        )
 
 
 def check_combination(cfg: DictConfig) -> None:

@@ -14,7 +14,9 @@ import torch.distributed as dist
 from hydra.utils import instantiate
 
 from sentemb.encoder import SentenceEncoder
+from sentemb.grad_cache import GradCache
 from sentemb.losses import LossOutput
+from sentemb.pooling import TrainingViews
 from sentemb.run_record import TrainingDiverged
 
 
@@ -66,12 +68,14 @@ class SentembModule(L.LightningModule):
         scheduler: dict[str, Any] | None = None,
         gather_negatives: bool = True,
         head: dict[str, Any] | None = None,
+        grad_cache: int | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.encoder = build_encoder(model, pooling, head)
         self.loss = instantiate(loss)
         self.gather_negatives = gather_negatives
+        self.grad_cache = GradCache(grad_cache) if grad_cache else None
         # from_pretrained returns the backbone in eval mode and Lightning keeps submodule modes:
         # without this, dropout is off and the two views are identical (no SimCSE at all)
         self.train()
@@ -88,11 +92,11 @@ class SentembModule(L.LightningModule):
         back-propagates only into its own slice, and DDP then averages the ranks' gradients: the
         update would be 1/world_size of one process's on the concatenated batch. The gathered loss
         is therefore scaled by world_size for backward, so the averaged gradient is exactly that
-        one process's; auxiliary terms (HiCL's local loss, SARCSE's reconstruction) are per-rank
-        means over local data, which DDP's average already turns into the global mean.
+        one process's. Auxiliary terms are per-rank means over local data, which DDP's average turns
+        into the mean over ranks: for SARCSE's reconstruction that is the global mean; HiCL's local
+        loss takes its negatives among the rank's own segments (not gathered).
         """
-        # one forward over both copies: dropout draws a different mask for each (unsup. SimCSE)
-        views = self.encoder.training_views(batch)
+        views = self.training_views(batch)
         z1, z2 = views.z1, views.z2
         world = world_size() if self.gather_negatives else 1
         if world > 1:
@@ -117,6 +121,19 @@ class SentembModule(L.LightningModule):
         logged.update({f"train/loss/{label}": value for label, value in output.terms.items()})
         logged.update({f"paradigm/{name}": value for name, value in output.stats.items()})
         return backward, total, logged
+
+    def training_views(self, batch: dict[str, torch.Tensor]) -> TrainingViews:
+        """Both dropout views (unsup. SimCSE); with grad_cache, built from cached chunk outputs (grad_cache.py)."""
+        if self.grad_cache is None:
+            return self.encoder.training_views(batch)
+        rows = self.grad_cache.cached_rows(self.encoder, self.encoder.training_batch(batch))
+        return self.encoder.pooling.training_views(rows, batch["input_ids"].shape[0])
+
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """Lightning's backward (the loss arrives already scaled under 16-mixed); GradCache then replays its chunks."""
+        super().backward(loss, *args, **kwargs)
+        if self.grad_cache is not None and self.grad_cache.pending is not None:
+            self.grad_cache.replay_backward(self.encoder, distributed=world_size() > 1)
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         n = batch["input_ids"].shape[0]

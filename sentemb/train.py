@@ -59,6 +59,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     module = SentembModule(
         **{key: resolved_container(cfg[key]) for key in ("model", "pooling", "loss", "optimizer", "scheduler")},
         head=resolved_container(cfg.get("head")),
+        grad_cache=cfg.get("grad_cache"),
     )
     trainer = build_trainer(cfg, extra_callbacks=[dev_eval])
     for logger in trainer.loggers:

@@ -16,6 +16,8 @@ from sentemb.train import resolved_container
 from tests.conftest import compose_train
 
 LOSSES = ["infonce", "focal", "mmhe", "mbarlow", "vicreg"]
+# GradCache under DDP: the cached rows are gathered, each rank replays its own chunks (2 sentences each here)
+GRAD_CACHE = {"infonce+grad_cache": ["loss=infonce"], "mean+mbarlow+grad_cache": ["pooling=mean", "loss=mbarlow"]}
 SENTENCES = [
     "a man is playing a guitar .", "the cat sits on the mat", "two dogs run through a field of grass",
     "a woman slices an onion", "stocks fell sharply on monday", "hi", "the weather is nice today",
@@ -54,7 +56,7 @@ def _worker(rank: int, world: int, port: int, configs: dict, batch: dict, out: d
         module = build(config)
         ddp = nn.parallel.DistributedDataParallel(StepLoss(module))  # kept alive: its reducer runs in backward
         backward, total = ddp(local)
-        backward.backward()  # DDP averages the ranks' gradients here
+        module.backward(backward)  # DDP averages the ranks' gradients here (GradCache: after its replay)
         out[(rank, name)] = (total.detach(), gradients(module))
     dist.destroy_process_group()
 
@@ -68,10 +70,12 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def configs(tmp_path_factory) -> dict[str, dict]:
     out = {}
-    for name in LOSSES:
-        cfg = compose_train(["model=tiny", "model.dropout=0.0", f"loss={name}"], tmp_path_factory.mktemp(name))
+    variants = {name: [f"loss={name}"] for name in LOSSES} | GRAD_CACHE
+    for name, overrides in variants.items():
+        cfg = compose_train(["model=tiny", "model.dropout=0.0", *overrides], tmp_path_factory.mktemp(name))
         keys = ("model", "pooling", "loss", "optimizer", "scheduler")
         out[name] = {key: resolved_container(cfg[key]) for key in keys}
+        out[name]["grad_cache"] = 2 if name in GRAD_CACHE else None
     return out
 
 
@@ -81,7 +85,7 @@ def test_ddp_step_equals_one_process_on_the_global_batch(configs):
     out = mp.Manager().dict()
     mp.spawn(_worker, args=(2, _free_port(), configs, batch, out), nprocs=2, join=True)
     for name, config in configs.items():
-        single = build(config)
+        single = build({**config, "grad_cache": None})  # the plain step on the global batch
         backward, total, _ = single.step_loss(batch)
         backward.backward()
         expected = gradients(single)

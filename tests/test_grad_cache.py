@@ -1,0 +1,137 @@
+"""GradCache: a cached step equals the plain step (dropout 0), and replays the dropout masks exactly (dropout on)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from sentemb.config import prepare_run
+from sentemb.errors import SentembConfigError
+from sentemb.grad_cache import row_chunks
+from sentemb.module import SentembModule
+from sentemb.train import resolved_container
+from tests.conftest import compose_train
+
+BATCH, CHUNK = 32, 8
+VARIANTS = {
+    "cls": [],
+    "mean": ["pooling=mean"],
+    "prompt": ["pooling=prompt"],
+    "hicl": ["pooling=hicl", "pooling.slice_len=6", "pooling.entailment_beta=0.1"],  # several segments a sentence
+    "sarcse": ["head=sarcse", "loss=focal"],
+    "hicl+sarcse": ["pooling=hicl", "pooling.slice_len=6", "head=sarcse"],
+}
+
+
+@pytest.fixture(scope="module")
+def sentences(data_root: Path) -> list[str]:
+    lines = (data_root / "wiki" / "wiki1m_head.txt").read_text(encoding="utf-8").splitlines()
+    return [line for line in lines if line.strip()][:BATCH]
+
+
+def build(overrides: list[str], tmp_path: Path, grad_cache: int | None) -> SentembModule:
+    cfg = compose_train(["model=tiny", *overrides], tmp_path)
+    configs = {key: resolved_container(cfg[key]) for key in ("model", "pooling", "loss", "optimizer")}
+    torch.manual_seed(0)  # the same weights for the plain and the cached module
+    module = SentembModule(**configs, head=resolved_container(cfg.get("head")), grad_cache=grad_cache)
+    module.on_fit_start()  # SARCSE's token frequencies
+    return module
+
+
+def step(module: SentembModule, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    backward, total, _ = module.step_loss(batch)
+    module.backward(backward)
+    return total.detach(), {name: p.grad.clone() for name, p in module.named_parameters() if p.grad is not None}
+
+
+def assert_same_step(got, expected, label: str) -> None:
+    # rows computed in chunks of 16 instead of one batch of 64 (and padding trimmed per chunk): float32
+    # GEMM blocking moves the last bits (~1e-7 relative); asked: 1e-5
+    torch.testing.assert_close(got[0], expected[0], rtol=1e-5, atol=1e-5, msg=f"{label}: loss")
+    assert got[1].keys() == expected[1].keys(), label
+    for name, grad in got[1].items():
+        torch.testing.assert_close(grad, expected[1][name], rtol=1e-5, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_cached_step_equals_plain_step_without_dropout(variant, sentences, small_corpus, tmp_path):
+    overrides = [*VARIANTS[variant], "model.dropout=0.0", f"data.corpus={small_corpus}"]
+    plain, cached = build(overrides, tmp_path, None), build(overrides, tmp_path, CHUNK)
+    batch = dict(plain.encoder.tokenizer(sentences, padding=True, return_tensors="pt"))
+    assert len(row_chunks(cached.encoder.training_batch(batch), 2 * CHUNK)) >= 4, "the batch is really chunked"
+    assert_same_step(step(cached, batch), step(plain, batch), variant)
+
+
+@pytest.mark.parametrize("variant", ["cls", "hicl+sarcse"])
+def test_replay_redraws_no_mask_and_gradients_equal_the_chunked_forward_with_graph(
+    variant, sentences, small_corpus, tmp_path
+):
+    overrides = [*VARIANTS[variant], "model.dropout=0.2", f"data.corpus={small_corpus}"]
+    module = build(overrides, tmp_path, CHUNK)
+    batch = dict(module.encoder.tokenizer(sentences, padding=True, return_tensors="pt"))
+    n = batch["input_ids"].shape[0]
+
+    torch.manual_seed(7)
+    backward, total, _ = module.step_loss(batch)
+    pending = module.grad_cache.pending
+    start = 0
+    for chunk, context in zip(pending.chunks, pending.contexts, strict=True):
+        with context.replay(), torch.no_grad():
+            replayed = module.encoder.training_rows(chunk)
+        size = chunk["input_ids"].shape[0]
+        for name, rows in replayed.items():  # the same masks: bit for bit, not merely close
+            assert torch.equal(rows, pending.rows[name][start : start + size]), name
+        start += size
+    module.backward(backward)
+    cached = {name: p.grad.clone() for name, p in module.named_parameters() if p.grad is not None}
+
+    # the same chunks from the same RNG state, forward with a graph this time, one backward through all of them
+    module.zero_grad()
+    torch.manual_seed(7)
+    prepared = module.encoder.training_batch(batch)
+    outputs = [module.encoder.training_rows(chunk) for chunk in row_chunks(prepared, 2 * CHUNK)]
+    rows = {name: torch.cat([out[name] for out in outputs]) for name in outputs[0]}
+    views = module.encoder.pooling.training_views(rows, n)
+    reference = views.global_weight * module.loss(views.z1, views.z2).loss
+    reference = reference + sum(weight * value for weight, value in views.auxiliary.values())
+    reference.backward()
+    torch.testing.assert_close(total.detach(), reference.detach(), rtol=0, atol=0)  # one computation, twice
+    for name, grad in cached.items():
+        # per-chunk parameter gradients summed by us vs by autograd's accumulation: float32 order, ~1e-7
+        torch.testing.assert_close(grad, module.get_parameter(name).grad, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_distributed_accumulation_equals_direct_accumulation(sentences, tmp_path):
+    # under DDP the chunks' gradients are summed first and accumulated once (one reducer hook per parameter)
+    overrides = ["pooling=hicl", "pooling.slice_len=6", "model.dropout=0.1"]
+    grads = []
+    for distributed in (False, True):
+        module = build(overrides, tmp_path, CHUNK)
+        batch = dict(module.encoder.tokenizer(sentences, padding=True, return_tensors="pt"))
+        torch.manual_seed(3)
+        backward, _, _ = module.step_loss(batch)
+        backward.backward()
+        module.grad_cache.replay_backward(module.encoder, distributed=distributed)
+        grads.append({name: p.grad.clone() for name, p in module.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys()
+    for name, grad in grads[0].items():
+        # the same chunk gradients, summed in another order: float32 rounding, ~1e-7
+        torch.testing.assert_close(grad, grads[1][name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_the_global_rng_moves_on_as_after_the_first_pass(sentences, tmp_path):
+    module = build(["model.dropout=0.1"], tmp_path, CHUNK)
+    batch = dict(module.encoder.tokenizer(sentences, padding=True, return_tensors="pt"))
+    torch.manual_seed(5)
+    backward, _, _ = module.step_loss(batch)
+    after_first_pass = torch.get_rng_state()
+    module.backward(backward)
+    assert torch.equal(torch.get_rng_state(), after_first_pass), "the replay leaves the global RNG untouched"
+
+
+@pytest.mark.parametrize("value", ["0", "-4", "true", "2.5"])
+def test_bad_grad_cache_is_refused_before_loading(value, tmp_path):
+    with pytest.raises(SentembConfigError, match=rf"grad_cache={value if value != 'true' else 'True'}\b"):
+        prepare_run(compose_train(["model=tiny", f"grad_cache={value}"], tmp_path))
