@@ -143,6 +143,24 @@ class SentembModule(L.LightningModule):
             self.log_dict(logged, batch_size=n)
         return backward
 
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """A non-finite gradient stops training with the step and parameter named, before it reaches the weights.
+
+        Under 16-mixed the gradients arrive unscaled here, and inf/NaN is the GradScaler's overflow
+        signal (it skips the step and lowers the scale), so it is left to the scaler; a non-finite
+        loss still stops such a run (`step_loss`).
+        """
+        if self.trainer.precision == "16-mixed":
+            return
+        named = [(name, p.grad) for name, p in self.named_parameters() if p.grad is not None]
+        if not named or torch.isfinite(torch.nn.utils.get_total_norm([g for _, g in named])):
+            return
+        name = next(name for name, grad in named if not torch.isfinite(grad).all())
+        raise TrainingDiverged(
+            f"training diverged at step {self.global_step}: the gradient of {name} is not finite "
+            f"(train/loss was finite). Fix: a smaller optimizer.lr, a larger loss.tau, or trainer.precision=32-true"
+        )
+
     def configure_optimizers(self) -> dict[str, Any]:
         optimizer = instantiate(self.hparams.optimizer)(params=self.parameters())
         if not self.hparams.scheduler:

@@ -198,3 +198,24 @@ def test_bf16_mixed_precision_run_is_finite(tiny_overrides, tmp_path):
     rows = list(csv.DictReader((tmp_path / "csv" / "version_0" / "metrics.csv").open()))
     assert all(math.isfinite(float(r["train/loss"])) for r in rows if r.get("train/loss"))
     assert math.isfinite(metrics["stsb/test_spearman"])
+
+
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
+def test_a_non_finite_gradient_stops_training_naming_step_and_parameter(
+    precision, tiny_overrides, tmp_path, monkeypatch
+):
+    from sentemb.run_record import TrainingDiverged
+
+    fit_start = SentembModule.on_fit_start
+
+    def poison_one_gradient(self):  # the loss stays finite, one parameter's gradient does not
+        fit_start(self)
+        self.encoder.backbone.encoder.layer[0].output.dense.bias.register_hook(lambda grad: grad * float("nan"))
+
+    monkeypatch.setattr(SentembModule, "on_fit_start", poison_one_gradient)
+    with pytest.raises(
+        TrainingDiverged,
+        match=r"step 0: the gradient of encoder\.backbone\.encoder\.layer\.0\.output\.dense\.bias is not finite",
+    ):
+        run([*tiny_overrides, f"trainer.precision={precision}"], tmp_path)
+    assert not list((tmp_path / "checkpoints").glob("*.ckpt")), "no checkpoint of NaN weights"
