@@ -42,6 +42,12 @@ def sqlite_storage(directory: str) -> str:
     return f"sqlite:///{folder / 'optuna.db'}"
 
 
+def checkpoint_dir(ckpt_path: str | None, output_dir: str) -> str:
+    """Where a run keeps its checkpoints: a resumed run goes on in the directory of the checkpoint it resumes from,
+    so ModelCheckpoint's best tracking (which Lightning restores only in the same directory) continues as one run."""
+    return str(Path(ckpt_path).expanduser().resolve().parent) if ckpt_path else str(Path(output_dir) / "checkpoints")
+
+
 def register_resolvers() -> None:
     from sentemb.run_record import wandb_run_group, wandb_run_name
 
@@ -50,6 +56,7 @@ def register_resolvers() -> None:
     OmegaConf.register_new_resolver("wandb_run_name", wandb_run_name, replace=True)
     OmegaConf.register_new_resolver("wandb_run_group", wandb_run_group, replace=True)
     OmegaConf.register_new_resolver("sqlite_storage", sqlite_storage, replace=True)
+    OmegaConf.register_new_resolver("checkpoint_dir", checkpoint_dir, replace=True)
 
 
 register_resolvers()
@@ -83,6 +90,11 @@ def prepare_run(cfg: DictConfig) -> CorpusReport:
     if dropout is not None and not (isinstance(dropout, int | float) and 0.0 <= dropout < 1.0):
         raise SentembConfigError(f"model.dropout={dropout} must be a number in [0, 1), or null for the model's own")
     check_grad_cache(cfg)
+    if cfg.get("ckpt_path") and not Path(cfg.ckpt_path).expanduser().is_file():
+        raise SentembConfigError(
+            f"ckpt_path={cfg.ckpt_path}: no such checkpoint file. Fix: point it at a run's checkpoints/last.ckpt "
+            "(written at every dev evaluation), or drop ckpt_path to start fresh"
+        )
     for key in ("batch_size", "max_length"):
         value = cfg.data.get(key)
         if value is not None and value < 1:

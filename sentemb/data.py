@@ -8,17 +8,22 @@ counted, tokenised once (max 32 tokens, SimCSE) and padded per batch.
 from __future__ import annotations
 
 import logging
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import lightning as L
+import torch
 from datasets import Dataset, load_dataset
-from torch.utils.data import DataLoader
+from torch.utils.data import DistributedSampler
+from torchdata.stateful_dataloader import StatefulDataLoader
 from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
 
 from sentemb.errors import SentembConfigError
 
 log = logging.getLogger(__name__)
+# torchdata's StatefulDataLoader calls a torch API that torch now marks deprecated; nothing for us to act on
+warnings.filterwarnings("ignore", message=r".*'set_vital' is deprecated.*")
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,7 @@ class UnsupervisedTextDataModule(L.LightningDataModule):
         max_length: int = 32,
         num_workers: int = 0,
         shuffle: bool = True,
+        seed: int = 0,
     ) -> None:
         super().__init__()
         self.corpus = Path(corpus)
@@ -78,8 +84,10 @@ class UnsupervisedTextDataModule(L.LightningDataModule):
         self.max_length = max_length
         self.num_workers = num_workers
         self.shuffle = shuffle
+        self.seed = seed
         self.report: CorpusReport | None = None
         self.train_set: Dataset | None = None
+        self._resumed_position: dict | None = None
 
     def prepare_data(self) -> None:
         if self.report is None:  # train.py has usually checked it already, before loading the model
@@ -102,15 +110,42 @@ class UnsupervisedTextDataModule(L.LightningDataModule):
             "corpus %s: %d sentences, %d blank lines skipped", self.corpus, len(self.train_set), self.report.blank_lines
         )
 
-    def train_dataloader(self) -> DataLoader:
+    def train_dataloader(self) -> StatefulDataLoader:
+        """Shuffled by its own generator (the order never depends on dropout's RNG), and stateful: a resumed
+        run continues mid-epoch with the very next batch (`state_dict` / `load_state_dict` below)."""
         assert self.train_set is not None, "call setup() first"
-        return DataLoader(
+        world = self.trainer.world_size if self.trainer is not None else 1
+        # under DDP each rank reads its share through a DistributedSampler made here, so Lightning keeps this
+        # loader (it rebuilds loaders only to insert one) and the resumed position stays loaded; drop_last: every
+        # rank must gather equally many embeddings, no ragged last batch
+        sampler = (
+            DistributedSampler(
+                self.train_set, world, self.trainer.global_rank, shuffle=self.shuffle, seed=self.seed, drop_last=True
+            )
+            if world > 1
+            else None
+        )
+        loader = StatefulDataLoader(
             self.train_set,
             batch_size=self.batch_size,
-            shuffle=self.shuffle,
+            shuffle=self.shuffle if sampler is None else None,
+            sampler=sampler,
+            generator=torch.Generator().manual_seed(self.seed),
             num_workers=self.num_workers,
             collate_fn=DataCollatorWithPadding(self.tokenizer),
             persistent_workers=self.num_workers > 0,
-            # under DDP every rank must gather equally many embeddings: no ragged last batch
-            drop_last=self.trainer is not None and self.trainer.world_size > 1,
+            drop_last=world > 1,
         )
+        if self._resumed_position is not None:
+            loader.load_state_dict(self._resumed_position)
+            self._resumed_position = None
+        return loader
+
+    # Lightning restores the datamodule before it first builds the loader (it builds it early, to count the
+    # scheduler's steps, before it would restore the loader's own saved state), so the position lives here
+    def state_dict(self) -> dict:
+        loader = self.trainer.train_dataloader if self.trainer is not None else None
+        return {"train_position": loader.state_dict()} if isinstance(loader, StatefulDataLoader) else {}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self._resumed_position = state_dict.get("train_position")

@@ -17,6 +17,7 @@ from sentemb.encoder import SentenceEncoder
 from sentemb.grad_cache import GradCache
 from sentemb.losses import LossOutput
 from sentemb.pooling import TrainingViews
+from sentemb.resume import rng_states, set_rng_states
 from sentemb.run_record import TrainingDiverged
 
 
@@ -84,6 +85,13 @@ class SentembModule(L.LightningModule):
         for module in self.encoder.modules():  # e.g. SARCSE's corpus token frequencies, counted once and cached
             if hasattr(module, "prepare_training"):
                 module.prepare_training(self.encoder.tokenizer)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["rng_states"] = rng_states()  # resumes draw the dropout masks the uninterrupted run would have
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if self._trainer is not None and "rng_states" in checkpoint:  # resuming a fit, not loading for evaluation
+            set_rng_states(checkpoint["rng_states"])
 
     def step_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """(loss to back-propagate, loss to log, logged parts) of one training batch.

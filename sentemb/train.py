@@ -15,6 +15,7 @@ import hydra
 import lightning as L
 import torch
 from hydra.utils import instantiate
+from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
 from sentemb.callbacks import STSBDevEvaluation
@@ -94,7 +95,7 @@ def report_best(trainer: L.Trainer, dev_eval: STSBDevEvaluation, test_split: STS
     device), so on the same machine it is the logged best to the last bit; a resumed run whose
     best was logged elsewhere may differ in the last bits, and a warning says so.
     """
-    checkpoint = trainer.checkpoint_callback
+    checkpoint = next((c for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint)), None)
     best_path = checkpoint.best_model_path if checkpoint else ""
     if not best_path or dev_eval.best is None:
         raise RuntimeError("training ended without a checkpoint: is the ModelCheckpoint callback configured?")

@@ -30,7 +30,8 @@ def test_tiny_training_run_keeps_the_best_checkpoint(tiny_overrides, tmp_path):
     metrics = run(tiny_overrides, tmp_path)
     best = Path(metrics["best_checkpoint"])
     assert best.is_file() and best.parent == tmp_path / "checkpoints"
-    assert len(list(best.parent.glob("*.ckpt"))) == 1, "save_top_k=1 keeps one checkpoint"
+    assert len(list(best.parent.glob("best-*.ckpt"))) == 1, "save_top_k=1 keeps one best checkpoint"
+    assert sorted(p.name for p in best.parent.iterdir()) == sorted([best.name, "last.ckpt"]), "no partial files left"
     for name in ("stsb/best_dev_spearman", "stsb/test_spearman"):
         assert math.isfinite(metrics[name])
     rows = list(csv.DictReader((tmp_path / "csv" / "version_0" / "metrics.csv").open()))
@@ -180,7 +181,7 @@ def test_multirun_sweep_gives_one_directory_and_wandb_run_per_job(small_corpus, 
     env = {k: v for k, v in __import__("os").environ.items() if k not in ("WANDB_MODE", "WANDB_API_KEY")}
     subprocess.run(command, check=True, capture_output=True, text=True, env=env)
     for job in ("0", "1"):
-        assert len(list((tmp_path / job / "checkpoints").glob("*.ckpt"))) == 1
+        assert len(list((tmp_path / job / "checkpoints").glob("best-*.ckpt"))) == 1
         assert len(list((tmp_path / job / "wandb").glob("offline-run-*"))) == 1
     assert "loss.tau=0.1" in (tmp_path / "1" / ".hydra" / "overrides.yaml").read_text()
 

@@ -1,0 +1,60 @@
+"""A run stopped after 3 steps and resumed from its last.ckpt to 6 is the 6-step run: losses, dev, best, test."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import lightning as L
+import pytest
+
+import sentemb.train
+from tests.test_train import run
+
+
+class StopAfter(L.Callback):
+    """What a killed job leaves behind: training ends after `step` steps (its last.ckpt was written there)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args) -> None:
+        if trainer.global_step >= self.step:
+            trainer.should_stop = True
+
+
+def logged(run_dir: Path, metric: str) -> dict[int, float]:
+    rows = csv.DictReader((run_dir / "csv" / "version_0" / "metrics.csv").open())
+    return {int(r["step"]): float(r[metric]) for r in rows if r.get(metric)}
+
+
+@pytest.fixture
+def overrides(tiny_overrides) -> list[str]:
+    # mid-epoch (19 batches an epoch), dropout on (model.dropout: the tiny model's own 0.1), dev every 3 steps
+    return [*tiny_overrides, "trainer.max_steps=6", "eval.every_n_steps=3"]
+
+
+def test_resumed_run_equals_the_uninterrupted_run(overrides, tmp_path, monkeypatch):
+    full = run(overrides, tmp_path / "full")
+
+    build_trainer = sentemb.train.build_trainer
+    monkeypatch.setattr(
+        sentemb.train,
+        "build_trainer",
+        lambda cfg, extra_callbacks=(): build_trainer(cfg, [*extra_callbacks, StopAfter(3)]),
+    )
+    run(overrides, tmp_path / "stopped")
+    monkeypatch.undo()
+    last = tmp_path / "stopped" / "checkpoints" / "last.ckpt"
+    assert last.is_file()
+    resumed = run([*overrides, f"ckpt_path={last}"], tmp_path / "resumed")
+
+    losses = logged(tmp_path / "full", "train/loss")
+    assert len(losses) == 6
+    stopped, after = logged(tmp_path / "stopped", "train/loss"), logged(tmp_path / "resumed", "train/loss")
+    assert sorted(stopped) == sorted(losses)[:3] and sorted(after) == sorted(losses)[3:]
+    # the same computation on bit-identical weights, optimizer, data position and RNG: equal, not close
+    assert {**stopped, **after} == losses
+    assert logged(tmp_path / "resumed", "stsb/dev_spearman") == {6: logged(tmp_path / "full", "stsb/dev_spearman")[6]}
+    for key in ("stsb/dev_spearman_best", "stsb/best_dev_spearman", "stsb/best_step", "stsb/test_spearman"):
+        assert resumed[key] == full[key], key
