@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
+from torch.utils.data import DistributedSampler
 
 from sentemb.module import SentembModule
 from sentemb.train import resolved_container
@@ -131,8 +132,15 @@ def test_ddp_training_drops_the_ragged_last_batch(small_corpus, tmp_path):
     data = instantiate(cfg.data, tokenizer=instantiate(cfg.model.tokenizer))
     data.setup("fit")
     assert not data.train_dataloader().drop_last, "one process keeps every sentence"
-    data.trainer = SimpleNamespace(world_size=2)
-    assert data.train_dataloader().drop_last, "every rank must gather equally many embeddings"
+    data.trainer = SimpleNamespace(world_size=2, global_rank=1)
+    loader = data.train_dataloader()
+    assert loader.drop_last, "every rank must gather equally many embeddings"
+    # the rank's share comes from a DistributedSampler made by the datamodule (Lightning keeps such a loader)
+    assert isinstance(loader.sampler, DistributedSampler) and (loader.sampler.rank, loader.sampler.num_replicas) == (
+        1,
+        2,
+    )
+    assert [len(batch["input_ids"]) for batch in loader] == [64, 64], "298 sentences: 149 a rank, 2 full batches"
 
 
 def test_several_visible_gpus_with_a_single_device_trainer_warn(tmp_path, monkeypatch):
