@@ -49,8 +49,7 @@ class ChunkContext:
     def replay(self) -> Iterator[None]:
         """Run under the recorded RNG and autocast; the global RNG is left as it was before."""
         devices = [] if self.device_rng is None else [self.device]
-        device_type = "cuda" if self.device_rng is None else self.device.type
-        with torch.random.fork_rng(devices=devices, device_type=device_type):
+        with torch.random.fork_rng(devices=devices, device_type=self.device.type):
             torch.set_rng_state(self.cpu_rng)
             if self.device_rng is not None:
                 torch.get_device_module(self.device.type).set_rng_state(self.device_rng, self.device)

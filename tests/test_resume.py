@@ -58,3 +58,22 @@ def test_resumed_run_equals_the_uninterrupted_run(overrides, tmp_path, monkeypat
     assert logged(tmp_path / "resumed", "stsb/dev_spearman") == {6: logged(tmp_path / "full", "stsb/dev_spearman")[6]}
     for key in ("stsb/dev_spearman_best", "stsb/best_dev_spearman", "stsb/best_step", "stsb/test_spearman"):
         assert resumed[key] == full[key], key
+
+
+def test_a_missing_resume_checkpoint_is_refused_before_loading(tmp_path):
+    from sentemb.config import prepare_run
+    from sentemb.errors import SentembConfigError
+    from tests.conftest import compose_train
+
+    with pytest.raises(SentembConfigError, match=r"ckpt_path=.*nowhere\.ckpt: no such checkpoint file"):
+        prepare_run(compose_train(["model=tiny", f"ckpt_path={tmp_path}/nowhere.ckpt"], tmp_path))
+
+
+def test_a_resumed_run_keeps_its_checkpoints_next_to_the_one_it_resumed_from(tmp_path):
+    from tests.conftest import compose_train
+
+    last = tmp_path / "first" / "checkpoints" / "last.ckpt"
+    cfg = compose_train(["model=tiny", f"ckpt_path={last}"], tmp_path / "second")
+    assert cfg.callbacks.model_checkpoint.dirpath == cfg.callbacks.last_checkpoint.dirpath == str(last.parent)
+    fresh = compose_train(["model=tiny"], tmp_path / "second")
+    assert fresh.callbacks.model_checkpoint.dirpath == str(tmp_path / "second" / "checkpoints")
