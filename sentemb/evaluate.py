@@ -66,7 +66,8 @@ def load_encoder(cfg: DictConfig, device: torch.device) -> tuple[SentenceEncoder
             "head": module.hparams.get("head"),
         }
     model, pooling = resolved_container(cfg.model), resolved_container(cfg.pooling)
-    return build_encoder(model, pooling).to(device), {"model": model, "pooling": pooling}
+    head = resolved_container(cfg.get("head"))  # sentemb.export takes head=sarcse (an untrained head)
+    return build_encoder(model, pooling, head).to(device), {"model": model, "pooling": pooling, "head": head}
 
 
 def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:

@@ -1,0 +1,195 @@
+"""`python -m sentemb.export checkpoint=<ckpt> out=<dir>` (or `model=<name> pooling=<name> out=<dir>`).
+
+Writes a sentence-transformers model folder through sentence-transformers' own API, loadable with
+`SentenceTransformer(dir)`:
+- `cls` / `mean`: its Transformer and Pooling modules; SimCSE's train-only MLP is left out (a
+  Dense + Tanh module keeps it where `pooling.mlp=always`);
+- `prompt`, `hicl` and `head=sarcse`: one `sentemb.st_modules.SentembEncoder` module (sentemb's own
+  pooling and head, config and weights saved in the folder).
+The folder's README.md is a model card: a name unique to the training run, the training config,
+the STS table (from `results.json` beside the checkpoint, or `evaluate=true`) and the commands.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import hydra
+import torch
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+from sentemb.config import register_resolvers
+from sentemb.encoder import SentenceEncoder
+from sentemb.errors import SentembConfigError
+from sentemb.paths import PROJECT_ROOT
+from sentemb.pooling import CLSPooling, MeanPooling
+
+register_resolvers()
+
+
+def sentence_transformer(encoder: SentenceEncoder, pooling: dict[str, Any], head: dict[str, Any] | None):
+    """The encoder as a SentenceTransformer built from sentence-transformers' modules where they exist."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules.dense import Dense
+    from sentence_transformers.base.modules.transformer import Transformer
+    from sentence_transformers.sentence_transformer.modules.pooling import Pooling
+
+    from sentemb.st_modules import SentembEncoder
+
+    pooler = encoder.pooling
+    if head or type(pooler) not in (CLSPooling, MeanPooling):
+        return SentenceTransformer(modules=[SentembEncoder(encoder, pooling, head)], device="cpu")
+    with tempfile.TemporaryDirectory() as folder:  # Transformer loads from a folder: the backbone as trained
+        encoder.backbone.save_pretrained(folder)
+        encoder.tokenizer.save_pretrained(folder)
+        modules = [Transformer(folder), Pooling(encoder.hidden_size, "cls" if type(pooler) is CLSPooling else "mean")]
+        if isinstance(pooler, CLSPooling) and pooler.mlp is not None and pooler.mlp_use == "always":
+            linear = pooler.mlp[0]
+            modules.append(
+                Dense(linear.in_features, linear.out_features, True, torch.nn.Tanh(), linear.weight, linear.bias)
+            )
+        return SentenceTransformer(modules=modules, device="cpu")
+
+
+def model_name(source: dict[str, Any]) -> str:
+    """sentemb-<backbone>-<pooling>[-<head>]-<loss>-<training run folder>: unique per training run."""
+    path = Path(source["model"].get("name_or_path") or "model")
+    backbone = path.parent.name if path.name == "model" else path.name  # a packaged model's folder is model/
+    if source["model"]["backbone"]["_target_"].rsplit(".", 1)[-1].startswith("tiny"):
+        backbone = source["model"]["backbone"]["_target_"].rsplit(".", 1)[-1].replace("_", "-")
+    parts = ["sentemb", backbone, short(source["pooling"])]
+    if source.get("head"):
+        parts.append(short(source["head"]))
+    if source.get("loss"):
+        parts.append(short(source["loss"]))
+    checkpoint = source.get("checkpoint")
+    parts.append(Path(checkpoint).parent.parent.name if checkpoint else "untrained")
+    return "-".join(parts)
+
+
+def short(node: dict[str, Any]) -> str:
+    name = node.get("_target_", "?").rsplit(".", 1)[-1]
+    for suffix in ("Pooling", "Head"):
+        name = name.removesuffix(suffix)
+    return name.lower()
+
+
+def beside_results(checkpoint: str | None) -> Path | None:
+    """`results.json` of a sentemb.evaluate run kept next to the checkpoint (its folder or its run folder)."""
+    if not checkpoint:
+        return None
+    for folder in (Path(checkpoint).parent, Path(checkpoint).parent.parent):
+        if (folder / "results.json").is_file():
+            return folder / "results.json"
+    return None
+
+
+def model_card(
+    name: str, source: dict[str, Any], results: dict[str, Any] | None, commands: list[str], custom: bool
+) -> str:
+    from sentemb.eval.report import markdown_report
+
+    config = {k: source[k] for k in ("model", "pooling", "head", "loss", "optimizer", "scheduler") if source.get(k)}
+    lines = [
+        "---",
+        "library_name: sentence-transformers",
+        "tags: [sentence-transformers, sentence-similarity, sentemb]",
+        "---",
+        f"# {name}",
+        "",
+        "A sentence encoder trained with sentemb (unsupervised contrastive sentence embeddings).",
+        "",
+        "```python",
+        "from sentence_transformers import SentenceTransformer",
+        f"model = SentenceTransformer('<this folder>'{', trust_remote_code=True' if custom else ''})",
+        "```",
+        *(
+            [
+                "",
+                "This folder holds a `sentemb.st_modules.SentembEncoder` module (sentemb's own pooling or head), so "
+                "`sentemb` must be installed, and sentence-transformers >= 6 imports a module class from outside "
+                "its own package only with `trust_remote_code=True`.",
+            ]
+            if custom
+            else []
+        ),
+        "",
+        f"Source: `{source.get('checkpoint') or 'no checkpoint (untrained ' + short(source['pooling']) + ')'}`",
+        "",
+        "## STS (Spearman x100, SentEval protocol)",
+        "",
+        markdown_report(results) if results else "Not evaluated: run `python -m sentemb.export ... evaluate=true`.",
+        "",
+        "## Commands",
+        "",
+        "```bash",
+        *commands,
+        "```",
+        "",
+        "## Training config",
+        "",
+        "```yaml",
+        yaml.safe_dump(config, sort_keys=False).rstrip(),
+        "```",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def training_command(checkpoint: str | None) -> list[str]:
+    """The `python -m sentemb.train ...` line of the checkpoint's run, from its .hydra/overrides.yaml."""
+    if not checkpoint:
+        return []
+    overrides = Path(checkpoint).parent.parent / ".hydra" / "overrides.yaml"
+    if not overrides.is_file():
+        return []
+    return [" ".join(["python -m sentemb.train", *map(shlex.quote, yaml.safe_load(overrides.read_text()) or [])])]
+
+
+def export(cfg: DictConfig) -> Path:
+    from sentemb.evaluate import load_encoder
+
+    if not cfg.get("out"):
+        raise SentembConfigError("out is not set. Fix: python -m sentemb.export checkpoint=<ckpt> out=<folder>")
+    out = Path(cfg.out).expanduser()
+    if out.exists() and any(out.iterdir()):
+        raise SentembConfigError(f"out={out} is not empty: nothing is overwritten. Fix: pass a new folder")
+    encoder, source = load_encoder(cfg, torch.device("cpu"))
+    if source.get("checkpoint"):  # the loss, optimizer and scheduler of the run, for the card
+        hparams = torch.load(source["checkpoint"], map_location="cpu", weights_only=False)["hyper_parameters"]
+        source.update({k: hparams.get(k) for k in ("loss", "optimizer", "scheduler")})
+    name = model_name(source)
+    commands = [*training_command(source.get("checkpoint")), "python -m sentemb.export " + " ".join(sys.argv[1:])]
+    results_path = beside_results(source.get("checkpoint"))
+    results = json.loads(results_path.read_text()) if results_path else None
+    if cfg.evaluate:
+        from sentemb.evaluate import evaluate
+
+        defaults = OmegaConf.load(PROJECT_ROOT / "conf" / "eval.yaml")  # the evaluation's own settings
+        eval_cfg = OmegaConf.merge({k: v for k, v in defaults.items() if k not in ("defaults", "hydra")}, cfg)
+        results = evaluate(eval_cfg, out / "eval")
+        target = f"checkpoint={source['checkpoint']}" if source.get("checkpoint") else "model=... pooling=..."
+        commands.append(f"python -m sentemb.evaluate {target} tasks=sts")
+    model = sentence_transformer(encoder.eval(), source["pooling"], source.get("head"))
+    model.save(str(out), model_name=name)
+    custom = any(type(module).__module__ == "sentemb.st_modules" for module in model)
+    (out / "README.md").write_text(model_card(name, source, results, commands, custom))
+    print(f"{name}: sentence-transformers folder written to {out}")
+    return out
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="export")
+def main(cfg: DictConfig) -> None:
+    try:
+        export(cfg)
+    except SentembConfigError as err:
+        sys.exit(f"sentemb: {err}")
+
+
+if __name__ == "__main__":
+    main()

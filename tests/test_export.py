@@ -1,0 +1,103 @@
+"""Exported sentence-transformers folders load in a fresh process and embed as sentemb's encode() does."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sentemb.errors import SentembConfigError
+from sentemb.evaluate import load_encoder
+from sentemb.export import export
+from tests.conftest import CONF_DIR
+from tests.test_train import run
+
+SENTENCES = [
+    "a man is playing a guitar .", "The cat sits on the mat, looking out of the window at the birds in the garden.",
+    "hi", "Stocks fell sharply on Monday after the central bank raised interest rates for the third time this year.",
+    "two dogs run through a field", "a woman slices an onion",
+]  # fmt: skip
+VARIANTS = {
+    "cls": [],
+    "mean": ["pooling=mean"],
+    "prompt": ["pooling=prompt"],
+    "hicl": ["pooling=hicl", "pooling.slice_len=5"],  # several segments for the long sentences
+    "sarcse": ["head=sarcse"],
+}
+LOAD_AND_ENCODE = """
+import json, sys
+import numpy as np
+from sentence_transformers import SentenceTransformer
+sentences = json.loads(sys.argv[1])
+for folder in sys.argv[2:]:
+    # sentence-transformers >= 6 imports a module class from outside its own package only when trusted
+    custom = "sentemb.st_modules" in open(folder + "/modules.json").read()
+    model = SentenceTransformer(folder, device="cpu", trust_remote_code=custom)
+    np.save(folder + ".npy", model.encode(sentences, convert_to_numpy=True))
+"""
+
+
+def compose_export(overrides: list[str]):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose("export", overrides=overrides)
+
+
+def encode_in_fresh_process(folders: list[Path]) -> list[np.ndarray]:
+    # a new interpreter that imports only sentence-transformers (which imports sentemb's module by its path)
+    command = [sys.executable, "-c", LOAD_AND_ENCODE, json.dumps(SENTENCES), *map(str, folders)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return [np.load(f"{folder}.npy") for folder in folders]
+
+
+def assert_same_embeddings(st: np.ndarray, ours: np.ndarray, label: str) -> None:
+    # other batches (sentence-transformers sorts and pads its own way): float32 last bits, asked: 1e-5
+    cosine = (st * ours).sum(1) / np.linalg.norm(st, axis=1) / np.linalg.norm(ours, axis=1)
+    assert cosine.min() >= 0.99999, (label, cosine)
+    np.testing.assert_allclose(st, ours, rtol=1e-5, atol=1e-5, err_msg=label)
+
+
+def test_exported_checkpoints_of_every_pooling_embed_as_sentemb(tiny_overrides, tmp_path):
+    folders, expected = [], []
+    for name, overrides in VARIANTS.items():
+        metrics = run([*tiny_overrides, *overrides, "trainer.max_steps=2"], tmp_path / name)
+        (tmp_path / name / ".hydra").mkdir()  # what Hydra writes for a command-line run
+        (tmp_path / name / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+        cfg = compose_export([f"checkpoint={metrics['best_checkpoint']}", f"out={tmp_path / name / 'st'}"])
+        folders.append(export(cfg))
+        encoder, _ = load_encoder(cfg, __import__("torch").device("cpu"))
+        expected.append(encoder.encode(SENTENCES))
+        card = (folders[-1] / "README.md").read_text()
+        assert f"# sentemb-tiny-bert-{'cls-sarcse' if name == 'sarcse' else name}-infonce-{name}\n" in card
+        assert f"python -m sentemb.train {' '.join(overrides)}".strip() in card
+    for name, st, ours in zip(VARIANTS, encode_in_fresh_process(folders), expected, strict=True):
+        assert_same_embeddings(st, ours, name)
+    modules = json.loads((folders[0] / "modules.json").read_text())
+    assert [m["type"].rsplit(".", 1)[-1] for m in modules] == ["Transformer", "Pooling"], "cls: the MLP is left out"
+    assert "SentembEncoder" in (folders[2] / "modules.json").read_text(), "prompt: sentemb's own module"
+
+
+@pytest.mark.slow
+def test_minilm_exports_embed_as_sentemb(tmp_path):
+    folders, expected = [], []
+    for name, overrides in VARIANTS.items():
+        cfg = compose_export(["model=minilm", *overrides, f"out={tmp_path / name}"])
+        folders.append(export(cfg))
+        expected.append(load_encoder(cfg, __import__("torch").device("cpu"))[0].encode(SENTENCES))
+    for name, st, ours in zip(VARIANTS, encode_in_fresh_process(folders), expected, strict=True):
+        assert_same_embeddings(st, ours, f"minilm {name}")
+
+
+def test_export_refuses_a_folder_that_is_not_empty(tmp_path):
+    (tmp_path / "keep.txt").write_text("results")
+    with pytest.raises(SentembConfigError, match="is not empty: nothing is overwritten"):
+        export(compose_export(["model=tiny", f"out={tmp_path}"]))
+    assert (tmp_path / "keep.txt").read_text() == "results"
