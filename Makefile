@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # pip on this workplace prints a warning per package for its file mirrors; keep the log readable
 QUIET_PIP := 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 
-.PHONY: install train test test-slow lint format data bench clean
+.PHONY: install train test test-slow lint format data bench mteb clean
 
 install: $(VENV)/.installed
 
@@ -39,6 +39,10 @@ data: install
 
 bench: install
 	$(PY) benchmarks/step_time.py $(ARGS)
+
+# MTEB's English STS tasks on an exported folder (needs `pip install mteb` and the Hugging Face Hub)
+mteb: install
+	$(PY) -m sentemb.mteb_sts $(MODEL)
 
 clean:
 	rm -rf outputs multirun wandb lightning_logs .pytest_cache

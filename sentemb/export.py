@@ -48,7 +48,10 @@ def sentence_transformer(encoder: SentenceEncoder, pooling: dict[str, Any], head
     with tempfile.TemporaryDirectory() as folder:  # Transformer loads from a folder: the backbone as trained
         encoder.backbone.save_pretrained(folder)
         encoder.tokenizer.save_pretrained(folder)
-        modules = [Transformer(folder), Pooling(encoder.hidden_size, "cls" if type(pooler) is CLSPooling else "mean")]
+        # BERT's pooler, which sentemb never trains, is initialised here and saved, so that loading the folder
+        # is silent; the Pooling module reads the token states, never the pooler
+        transformer = Transformer(folder)
+        modules = [transformer, Pooling(encoder.hidden_size, "cls" if type(pooler) is CLSPooling else "mean")]
         if isinstance(pooler, CLSPooling) and pooler.mlp is not None and pooler.mlp_use == "always":
             linear = pooler.mlp[0]
             modules.append(
@@ -124,7 +127,9 @@ def model_card(
         "",
         "## STS (Spearman x100, SentEval protocol)",
         "",
-        markdown_report(results) if results else "Not evaluated: run `python -m sentemb.export ... evaluate=true`.",
+        demoted(markdown_report(results))
+        if results
+        else "Not evaluated: `python -m sentemb.export ... evaluate=true`.",
         "",
         "## Commands",
         "",
@@ -139,6 +144,11 @@ def model_card(
         "```",
     ]
     return "\n".join(lines) + "\n"
+
+
+def demoted(markdown: str) -> str:
+    """The evaluation report's headings one level under the card's section."""
+    return "\n".join("##" + line if line.startswith("#") else line for line in markdown.splitlines())
 
 
 def training_command(checkpoint: str | None) -> list[str]:

@@ -117,3 +117,15 @@ def test_exported_minilm_mean_scores_senteval_stsb_test_through_sentence_transfo
     scores = evaluator(SentenceTransformer(str(folder), device="cpu"))
     # SentEval's published figure for all-MiniLM-L6-v2 + mean pooling (tests/test_eval_anchor.py measures it too)
     assert round(100 * scores["test_spearman_cosine"], 2) == 82.03
+
+
+def test_make_mteb_fails_fast_with_the_fix(tmp_path):
+    import time
+
+    folder = export(compose_export(["model=tiny", "pooling=mean", f"out={tmp_path / 'st'}"]))
+    started = time.perf_counter()
+    result = subprocess.run(["make", "-s", "mteb", f"MODEL={folder}"], capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-2].startswith("sentemb: "), result.stderr[-1000:]
+    assert "Fix:" in result.stderr
+    assert time.perf_counter() - started < 30, "no downloads, no retries"
