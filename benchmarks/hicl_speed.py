@@ -23,12 +23,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from sentemb.backbones import packaged_model_path, pretrained_backbone, pretrained_tokenizer  # noqa: E402
-from sentemb.encoder import SentenceEncoder  # noqa: E402
-from sentemb.hicl import HiCLPooling  # noqa: E402
+from sentemb.encoders.backbones import packaged_model_path, pretrained_backbone, pretrained_tokenizer  # noqa: E402
+from sentemb.encoders.encoder import SentenceEncoder  # noqa: E402
+from sentemb.encoders.hicl import HiCLPooling  # noqa: E402
+from sentemb.encoders.pooling import CLSPooling  # noqa: E402
 from sentemb.losses import build  # noqa: E402
 from sentemb.paths import resolve_data_root  # noqa: E402
-from sentemb.pooling import CLSPooling  # noqa: E402
 
 
 def uniform_batch(tokenizer, lines: list[str], length: int, batch: int) -> dict[str, torch.Tensor]:

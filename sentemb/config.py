@@ -11,11 +11,11 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from sentemb.backbones import check_model_source, packaged_model_path
 from sentemb.data import CorpusReport, check_corpus
+from sentemb.encoders.backbones import check_model_source, packaged_model_path
+from sentemb.encoders.prompt import check_template
 from sentemb.errors import SentembConfigError
 from sentemb.paths import resolve_data_root
-from sentemb.prompt import check_template
 
 log = logging.getLogger(__name__)
 

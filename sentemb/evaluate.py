@@ -17,7 +17,7 @@ import torch
 from omegaconf import DictConfig, ListConfig
 
 from sentemb.config import register_resolvers
-from sentemb.encoder import SentenceEncoder
+from sentemb.encoders.encoder import SentenceEncoder
 from sentemb.errors import SentembConfigError
 from sentemb.eval.cache import EmbeddingCache
 from sentemb.eval.figures import similarity_density_figure

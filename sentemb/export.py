@@ -25,10 +25,10 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from sentemb.config import register_resolvers
-from sentemb.encoder import SentenceEncoder
+from sentemb.encoders.encoder import SentenceEncoder
+from sentemb.encoders.pooling import CLSPooling, MeanPooling
 from sentemb.errors import SentembConfigError
 from sentemb.paths import PROJECT_ROOT
-from sentemb.pooling import CLSPooling, MeanPooling
 
 register_resolvers()
 

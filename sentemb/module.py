@@ -6,6 +6,7 @@ the exact encoder, pooling and loss it was trained with.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import lightning as L
@@ -13,12 +14,25 @@ import torch
 import torch.distributed as dist
 from hydra.utils import instantiate
 
-from sentemb.encoder import SentenceEncoder
+from sentemb.encoders.encoder import SentenceEncoder
+from sentemb.encoders.pooling import TrainingViews
 from sentemb.grad_cache import GradCache
 from sentemb.losses import LossOutput
-from sentemb.pooling import TrainingViews
 from sentemb.resume import rng_states, set_rng_states
 from sentemb.run_record import TrainingDiverged
+
+# checkpoints written before the encoder parts moved into sentemb/encoders/ name them by their old modules
+MOVED_TARGET = re.compile(r"^sentemb\.(backbones|encoder|pooling|prompt|hicl|sarcse)\.")
+
+
+def current_targets(node: Any) -> Any:
+    """`node` with every `_target_` of a moved module renamed (sentemb.pooling.X → sentemb.encoders.pooling.X)."""
+    if isinstance(node, dict):
+        return {
+            k: MOVED_TARGET.sub(r"sentemb.encoders.\1.", v) if k == "_target_" else current_targets(v)
+            for k, v in node.items()
+        }
+    return node
 
 
 def build_encoder(model: dict, pooling: dict, head: dict | None = None) -> SentenceEncoder:
@@ -27,6 +41,7 @@ def build_encoder(model: dict, pooling: dict, head: dict | None = None) -> Sente
     A head that makes the sentence vector itself (SARCSE) takes the pooling's place, or with HiCL
     the place of the per-segment pooling.
     """
+    model, pooling, head = current_targets(model), current_targets(pooling), current_targets(head)
     dropout = model.get("dropout")  # checked by prepare_run
     # dropout is SimCSE's augmentation: model.dropout sets the hidden and attention dropout of any BERT/RoBERTa
     overrides = {} if dropout is None else {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
@@ -37,10 +52,7 @@ def build_encoder(model: dict, pooling: dict, head: dict | None = None) -> Sente
     if head:
         vectoriser = instantiate(head, hidden_size=size)
         vectoriser.bind_tokenizer(tokenizer)
-        if hasattr(pooler, "segment_pooling"):
-            pooler.segment_pooling = vectoriser
-        else:
-            pooler = vectoriser
+        pooler = pooler.with_head(vectoriser)
     return SentenceEncoder(backbone, tokenizer, pooler)
 
 
@@ -82,9 +94,7 @@ class SentembModule(L.LightningModule):
         self.train()
 
     def on_fit_start(self) -> None:
-        for module in self.encoder.modules():  # e.g. SARCSE's corpus token frequencies, counted once and cached
-            if hasattr(module, "prepare_training"):
-                module.prepare_training(self.encoder.tokenizer)
+        self.encoder.pooling.prepare_training(self.encoder.tokenizer)  # e.g. SARCSE's corpus token frequencies
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["rng_states"] = rng_states()  # resumes draw the dropout masks the uninterrupted run would have

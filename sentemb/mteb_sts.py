@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from sentemb.backbones import hub_reachable
+from sentemb.encoders.backbones import hub_reachable
 
 
 def check(folder: Path) -> str | None:

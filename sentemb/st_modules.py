@@ -65,8 +65,8 @@ class SentembEncoder(InputModule):
         folder = str(Path(model_name_or_path) / subfolder)
         config = json.loads((Path(folder) / CONFIG).read_text())
         model = {
-            "backbone": {"_target_": "sentemb.backbones.pretrained_backbone", "name_or_path": folder},
-            "tokenizer": {"_target_": "sentemb.backbones.pretrained_tokenizer", "name_or_path": folder},
+            "backbone": {"_target_": "sentemb.encoders.backbones.pretrained_backbone", "name_or_path": folder},
+            "tokenizer": {"_target_": "sentemb.encoders.backbones.pretrained_tokenizer", "name_or_path": folder},
         }
         encoder = build_encoder(model, config["pooling"], config["head"])
         encoder.pooling.load_state_dict(load_file(Path(folder) / POOLING_WEIGHTS))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-import sentemb.backbones
+import sentemb.encoders.backbones
 import sentemb.paths
 from sentemb.errors import SentembConfigError
 from sentemb.train import train
@@ -18,8 +18,8 @@ def forbid_model_loading(monkeypatch):
     def loaded(*args, **kwargs):
         raise AssertionError("a model was loaded before the bad input was reported")
 
-    monkeypatch.setattr(sentemb.backbones, "tiny_bert", loaded)
-    monkeypatch.setattr(sentemb.backbones, "pretrained_backbone", loaded)
+    monkeypatch.setattr(sentemb.encoders.backbones, "tiny_bert", loaded)
+    monkeypatch.setattr(sentemb.encoders.backbones, "pretrained_backbone", loaded)
 
 
 def fails(overrides: list[str], tmp_path: Path) -> str:

@@ -35,8 +35,8 @@ def test_option_composes(group, option, tmp_path):
 def test_pooling_instantiates(option, tmp_path):
     import torch
 
-    from sentemb.backbones import packaged_model_path, pretrained_tokenizer, tiny_bert
-    from sentemb.encoder import SentenceEncoder
+    from sentemb.encoders.backbones import packaged_model_path, pretrained_tokenizer, tiny_bert
+    from sentemb.encoders.encoder import SentenceEncoder
 
     pooling = instantiate(compose_train([f"pooling={option}"], tmp_path).pooling, hidden_size=32)
     backbone = tiny_bert(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
@@ -135,3 +135,19 @@ def test_every_table5_stage_instantiates(experiment, tmp_path):
 
     loss = instantiate(compose_train([f"experiment={experiment}"], tmp_path).loss)
     assert torch.isfinite(loss(torch.randn(8, 16), torch.randn(8, 16)).loss)
+
+
+def test_checkpoints_naming_the_encoder_modules_before_they_moved_still_build():
+    # hyper-parameters saved before sentemb/encoders/ existed name sentemb.pooling.X, sentemb.backbones.Y, ...
+    from sentemb.encoders.hicl import HiCLPooling
+    from sentemb.encoders.sarcse import SARCSEHead
+    from sentemb.module import build_encoder
+
+    model = {
+        "name_or_path": "unused",
+        "backbone": {"_target_": "sentemb.backbones.tiny_bert", "hidden_size": 32, "num_hidden_layers": 1,
+                     "num_attention_heads": 2, "intermediate_size": 64},
+        "tokenizer": {"_target_": "sentemb.backbones.tiny_roberta_tokenizer"},
+    }  # fmt: skip
+    encoder = build_encoder(model, {"_target_": "sentemb.hicl.HiCLPooling"}, {"_target_": "sentemb.sarcse.SARCSEHead"})
+    assert isinstance(encoder.pooling, HiCLPooling) and isinstance(encoder.pooling.segment_pooling, SARCSEHead)

@@ -10,11 +10,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sentemb.backbones import packaged_model_path, pretrained_tokenizer, tiny_bert
-from sentemb.encoder import SentenceEncoder
+from sentemb.encoders.backbones import packaged_model_path, pretrained_tokenizer, tiny_bert
+from sentemb.encoders.encoder import SentenceEncoder
+from sentemb.encoders.hicl import HiCLPooling, segment_weights, slice_content
+from sentemb.encoders.pooling import CLSPooling
 from sentemb.errors import SentembConfigError
-from sentemb.hicl import HiCLPooling, segment_weights, slice_content
-from sentemb.pooling import CLSPooling
 from tests.conftest import compose_train
 
 SENTENCES = ["A man is playing a guitar.", "The cat sat on the mat while two dogs ran around the old red house."]
@@ -62,7 +62,7 @@ def test_local_loss_never_uses_segments_of_the_same_sequence():
     pooling = HiCLPooling(8, slice_len=2, mlp="none", local_tau=0.1)
     # 3 sequences with 2, 1, 2 segments; doubled batch (view 1 then view 2)
     owner = torch.tensor([0, 0, 1, 2, 2])
-    from sentemb.hicl import Segments
+    from sentemb.encoders.hicl import Segments
 
     pooling._segments = Segments(torch.cat([owner, owner + 3]), torch.ones(10), torch.tensor([2, 1, 2, 2, 1, 2]))
     gen = torch.Generator().manual_seed(0)

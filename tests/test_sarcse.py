@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from sentemb.backbones import packaged_model_path, pretrained_tokenizer, tiny_bert
+from sentemb.encoders.backbones import packaged_model_path, pretrained_tokenizer, tiny_bert
+from sentemb.encoders.sarcse import SARCSEHead, corpus_token_frequency
 from sentemb.errors import SentembConfigError
-from sentemb.sarcse import SARCSEHead, corpus_token_frequency
 from tests.conftest import compose_train
 
 

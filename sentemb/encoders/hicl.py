@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedTokenizerBase
 
+from sentemb.encoders.pooling import CLSPooling, Pooling, PromptPooling, TrainingViews
+from sentemb.encoders.prompt import PROMPTBERT_TEMPLATE, TokenTemplate, model_max_length, rebatch
 from sentemb.errors import SentembConfigError
-from sentemb.pooling import CLSPooling, Pooling, PromptPooling, TrainingViews
-from sentemb.prompt import PROMPTBERT_TEMPLATE, TokenTemplate, model_max_length, rebatch
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,14 @@ class HiCLPooling(Pooling):
         self.train_max_length = train_max_length  # read by conf/data (data.max_length), kept for the record
         self.segment_pooling = PromptPooling(hidden_size, template, mlp) if prompt else CLSPooling(hidden_size, mlp)
         self._segments: Segments | None = None
+
+    def with_head(self, head: Pooling) -> Pooling:
+        """A head (SARCSE) makes each segment's vector; the segments are still aggregated."""
+        self.segment_pooling = head
+        return self
+
+    def prepare_training(self, tokenizer: PreTrainedTokenizerBase) -> None:
+        self.segment_pooling.prepare_training(tokenizer)
 
     # ------------------------------------------------------------------ slicing (token level)
     def prepare(self, batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase) -> dict[str, torch.Tensor]:

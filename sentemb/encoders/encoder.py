@@ -14,7 +14,7 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from sentemb.pooling import Pooling, TrainingViews
+from sentemb.encoders.pooling import Pooling, TrainingViews
 
 
 class SentenceEncoder(nn.Module):

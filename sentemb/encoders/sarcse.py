@@ -31,8 +31,8 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from sentemb.encoders.pooling import Pooling, TrainingViews
 from sentemb.errors import SentembConfigError
-from sentemb.pooling import Pooling, TrainingViews
 
 log = logging.getLogger(__name__)
 KERNELS = (3, 4, 5)

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from sentemb.prompt import PROMPTBERT_TEMPLATE, TokenTemplate, check_template, model_max_length, rebatch
+from sentemb.encoders.prompt import PROMPTBERT_TEMPLATE, TokenTemplate, check_template, model_max_length, rebatch
 
 
 @dataclass
@@ -35,6 +35,13 @@ class Pooling(nn.Module):
     def prepare(self, batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase) -> dict[str, torch.Tensor]:
         """The backbone's input rows for a tokenised batch (a template, segments); unchanged by default."""
         return batch
+
+    def with_head(self, head: Pooling) -> Pooling:
+        """The pooling once a head that makes the sentence vector itself (SARCSE) is added: by default the head."""
+        return head
+
+    def prepare_training(self, tokenizer: PreTrainedTokenizerBase) -> None:
+        """Whatever training needs once, at fit start (SARCSE: the corpus's token frequencies); nothing by default."""
 
     def training_rows(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Per-row training outputs of the prepared rows: here their embeddings, train-only MLP on."""

@@ -1,0 +1,1 @@
+"""Tokens → sentence vector: backbones, the SentenceEncoder, and every pooling and head (one `Pooling` interface)."""
