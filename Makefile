@@ -37,8 +37,9 @@ format: install
 data: install
 	$(PY) -m sentemb.download data
 
+# every benchmark (quick modes) → BENCHMARKS.md; ARGS=--full for the scripts' long modes
 bench: install
-	$(PY) benchmarks/step_time.py $(ARGS)
+	$(PY) benchmarks/report.py $(ARGS)
 
 # MTEB's English STS tasks on an exported folder (needs `pip install mteb` and the Hugging Face Hub)
 mteb: install

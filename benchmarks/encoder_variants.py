@@ -1,6 +1,6 @@
 """One epoch of each encoder variant next to plain CLS, from the same script and settings.
 
-    python benchmarks/encoder_variants.py [--out DIR] [--fresh] [-- extra overrides]
+    python benchmarks/encoder_variants.py [--out DIR] [--fresh] [--quick] [-- extra overrides]
 
 MiniLM, the 12k-sentence sample, one epoch, STS-B dev every 125 steps keeping the best
 checkpoint (the same runner as benchmarks/loss_study.py). Writes <out>/encoder_variants.md.
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from loss_study import ROOT, run_one  # noqa: E402
+from loss_study import QUICK, ROOT, run_one  # noqa: E402
 
 VARIANTS = {
     "cls": ["pooling=cls"],
@@ -30,8 +30,12 @@ def main() -> None:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "encoder_variants")
     parser.add_argument("--fresh", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="make bench: cls and hicl, 30 steps each")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
+    if args.quick:  # the pipeline end to end in minutes; the comparison needs the full epoch
+        args.variants, args.overrides, args.fresh = "cls,hicl", [*QUICK, *args.overrides], True
+        args.out = args.out.with_name(args.out.name + "_quick")
     args.out.mkdir(parents=True, exist_ok=True)
     results = {}
     for label in args.variants.split(","):

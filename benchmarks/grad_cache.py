@@ -29,6 +29,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rows import row, write_rows  # noqa: E402
 
 MEMORY_TARGET, TIME_TARGET = 1.5, 1.4
 
@@ -163,6 +165,18 @@ def main() -> int:
     print("\n" + report)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(report + "\n")
+    anchor = f"plain batch {args.chunk}, fresh process"
+    label = f"GradCache batch {args.batch} / chunks {args.chunk}"
+    cached_ms, plain_ms = (1000 * mean(n, "seconds_per_sample") for n in ("cached", "plain"))
+    write_rows(
+        "grad_cache",
+        [
+            row(f"{label}: peak memory MiB", peak("cached"), anchor, peak("plain"), memory_ratio,
+                f"<= {MEMORY_TARGET}", memory_ratio <= MEMORY_TARGET),
+            row(f"{label}: ms per sample", cached_ms, anchor, plain_ms, time_ratio,
+                f"<= {TIME_TARGET}", time_ratio <= TIME_TARGET),
+        ],
+    )  # fmt: skip
     return 0 if memory_ratio <= MEMORY_TARGET and time_ratio <= TIME_TARGET else 1
 
 

@@ -3,6 +3,7 @@
     python benchmarks/loss_study.py                       # all 14 losses (~5 min each on 2 CPU cores)
     python benchmarks/loss_study.py --losses infonce,mmhe  # a subset
     python benchmarks/loss_study.py -- data.batch_size=128 # extra overrides for every run
+    python benchmarks/loss_study.py --quick               # make bench: 3 losses, 30 steps each
 
 Each loss is trained by `python -m sentemb.train loss=<name> pooling=cls logger=csv` (MiniLM,
 the 12k-sentence sample, one epoch, STS-B dev every 125 steps keeping the best checkpoint) in
@@ -31,6 +32,9 @@ FAMILIES = {
 MODIFIED_OF = {"align_mhe": "mmhe", "align_mhs": "mmhs", "barlow": "mbarlow", "vicreg": "mvicreg"}
 TELEMETRY = ["gd", "hardest_share", "ratio", "mu_pos", "mu_neg", "sigma_pos", "sigma_neg", "alignment", "uniformity"]
 ROOT = Path(__file__).resolve().parents[1]
+# --quick: one loss of each family, 30 steps, dev every 15
+QUICK_LOSSES = ["infonce", "align_mhe", "mbarlow"]
+QUICK = ["trainer.max_steps=30", "eval.every_n_steps=15"]
 
 
 def run_one(name: str, run_dir: Path, extra: list[str], choice: list[str] | None = None) -> dict:
@@ -151,8 +155,12 @@ def main() -> None:
     parser.add_argument("--losses", default=",".join(n for names in FAMILIES.values() for n in names))
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "loss_study")
     parser.add_argument("--fresh", action="store_true", help="retrain losses that already have a result")
+    parser.add_argument("--quick", action="store_true", help=f"make bench: {', '.join(QUICK_LOSSES)}, {QUICK[0]}")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run")
     args = parser.parse_args()
+    if args.quick:  # the pipeline end to end in minutes; the study's numbers need the full epoch
+        args.losses, args.overrides, args.fresh = ",".join(QUICK_LOSSES), [*QUICK, *args.overrides], True
+        args.out = args.out.with_name(args.out.name + "_quick")
     args.out.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict] = {}
     for name in args.losses.split(","):

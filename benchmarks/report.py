@@ -1,0 +1,99 @@
+"""`make bench`: run every benchmark (quick modes where a script has long ones) and write BENCHMARKS.md.
+
+Each row is a figure against its anchor measured in the same run, their ratio, the target from
+the figure's issue and whether it holds, with the machine and date. The training studies
+(loss_study, encoder_variants) run their --quick modes and their tables are appended: they show
+the pipeline runs end to end, not the papers' numbers (those need full epochs: README).
+
+    python benchmarks/report.py [--full] [--out BENCHMARKS.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+RESULTS = HERE / "results"
+# (script, its quick arguments, rows file or None, markdown appended or None)
+SCRIPTS = [
+    ("step_time.py", ["--rounds", "2", "--steps", "6", "--warmup", "2"], "step_time", None),
+    ("eval_speed.py", ["--rounds", "1"], "eval_speed", None),
+    ("hicl_speed.py", ["--rounds", "2", "--steps", "1"], "hicl_speed", None),
+    ("grad_cache.py", ["--rounds", "1"], "grad_cache", None),
+    ("loss_study.py", ["--quick"], None, "loss_study_quick/loss_study.md"),
+    ("encoder_variants.py", ["--quick"], None, "encoder_variants_quick/encoder_variants.md"),
+]
+
+
+def machine() -> str:
+    cpu = platform.processor() or "?"
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if "model name" in line]
+        cpu = names[0] if names else cpu
+    gpu = f", GPU {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
+    return f"{cpu}, {os.cpu_count()} cores{gpu}, torch {torch.__version__}, Python {platform.python_version()}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--full", action="store_true", help="the scripts' default (long) modes")
+    parser.add_argument("--out", type=Path, default=ROOT / "BENCHMARKS.md")
+    args = parser.parse_args()
+    rows, runs, appendices = [], [], []
+    for script, quick, rows_name, appendix in SCRIPTS:
+        if rows_name:
+            (RESULTS / f"{rows_name}.json").unlink(missing_ok=True)  # a failed script must not leave old rows
+        command = [sys.executable, str(HERE / script), *([] if args.full else quick)]
+        print("$", " ".join(command[1:]), flush=True)
+        started = time.perf_counter()
+        completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+        seconds = time.perf_counter() - started
+        runs.append((script, " ".join(command[2:]), completed.returncode, seconds))
+        if completed.returncode not in (0, 1):  # 1: ran, a target missed (in the rows); else it broke
+            print(completed.stdout[-2000:], completed.stderr[-3000:], file=sys.stderr)
+        if rows_name and (RESULTS / f"{rows_name}.json").is_file():
+            rows += [{**r, "script": script} for r in json.loads((RESULTS / f"{rows_name}.json").read_text())]
+        if appendix and (RESULTS / appendix).is_file():
+            appendices.append((script, (RESULTS / appendix).read_text()))
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Written by `make bench` ({'full' if args.full else 'quick'} modes) on "
+        f"{datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}; machine: {machine()}.",
+        "Each figure is measured against its anchor in the same run; ratio = figure / anchor.",
+        "",
+        "| figure | value | anchor | anchor value | ratio | target | pass | script |",
+        "|---|---|---|---|---|---|---|---|",
+        *[
+            f"| {r['figure']} | {r['value']:.4g} | {r['anchor']} | {r['anchor_value']:.4g} | {r['ratio']:.3f} | "
+            f"{r['target']} | {'—' if r['passed'] is None else 'yes' if r['passed'] else '**no**'} | {r['script']} |"
+            for r in rows
+        ],
+        "",
+        "| script | arguments | exit | wall time |",
+        "|---|---|---|---|",
+        *[f"| {s} | `{a}` | {rc} | {t / 60:.1f} min |" for s, a, rc, t in runs],
+    ]
+    for script, table in appendices:
+        lines += ["", f"## {script} (quick: 30 steps per run, not the papers' setting)", "", table.strip()]
+    args.out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    broken = [s for s, _, rc, _ in runs if rc not in (0, 1)]
+    missed = [r["figure"] for r in rows if r["passed"] is False]
+    return 1 if broken or missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
