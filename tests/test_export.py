@@ -24,6 +24,7 @@ SENTENCES = [
 ]  # fmt: skip
 VARIANTS = {
     "cls": [],
+    "cls-mlp": ["pooling.mlp=always"],  # the MLP kept: a Dense + Tanh module
     "mean": ["pooling=mean"],
     "prompt": ["pooling=prompt"],
     "hicl": ["pooling=hicl", "pooling.slice_len=5"],  # several segments for the long sentences
@@ -77,13 +78,16 @@ def test_exported_checkpoints_of_every_pooling_embed_as_sentemb(tiny_overrides, 
         encoder, _ = load_encoder(cfg, torch.device("cpu"))
         expected.append(encoder.encode(SENTENCES))
         card = (folders[-1] / "README.md").read_text()
-        assert f"# sentemb-tiny-bert-{'cls-sarcse' if name == 'sarcse' else name}-infonce-{name}\n" in card
+        pooling = {"sarcse": "cls-sarcse", "cls-mlp": "cls"}.get(name, name)
+        assert f"# sentemb-tiny-bert-{pooling}-infonce-{name}\n" in card
         assert f"python -m sentemb.train {' '.join(overrides)}".strip() in card
     for name, st, ours in zip(VARIANTS, encode_in_fresh_process(folders), expected, strict=True):
         assert_same_embeddings(st, ours, name)
     modules = json.loads((folders[0] / "modules.json").read_text())
     assert [m["type"].rsplit(".", 1)[-1] for m in modules] == ["Transformer", "Pooling"], "cls: the MLP is left out"
-    assert "SentembEncoder" in (folders[2] / "modules.json").read_text(), "prompt: sentemb's own module"
+    with_mlp = json.loads((folders[1] / "modules.json").read_text())
+    assert [m["type"].rsplit(".", 1)[-1] for m in with_mlp] == ["Transformer", "Pooling", "Dense"], "mlp=always"
+    assert "SentembEncoder" in (folders[3] / "modules.json").read_text(), "prompt: sentemb's own module"
 
 
 def test_minilm_exports_embed_as_sentemb(tmp_path):
