@@ -149,6 +149,8 @@ def naive_original(name: str, z1: torch.Tensor, z2: torch.Tensor) -> float:
 
 ORIGINAL_FORMS = ["arccon", "mpt", "met", "focal", "align_mhe", "align_mhs", "barlow", "vicreg"]
 EVERY_LOSS = [name for name in available() if name != "sum"]
+# every loss in both conventions (focal has no reference form: the paradigm paper's code has no focal loss)
+EVERY_FORM = [(name, "paper") for name in EVERY_LOSS] + [(n, "reference") for n in EVERY_LOSS if n != "focal"]
 
 
 @pytest.mark.parametrize("name", ORIGINAL_FORMS)
@@ -162,8 +164,8 @@ def test_original_forms_equal_a_naive_loop(name):
     assert build(name)(z1, z2).loss.item() == pytest.approx(naive_original(name, z1, z2), rel=1e-9)
 
 
-@pytest.mark.parametrize("name", EVERY_LOSS)
-def test_every_loss_is_finite_for_duplicates_and_cos_plus_minus_one(name):
+@pytest.mark.parametrize("name, convention", EVERY_FORM)
+def test_every_loss_is_finite_for_duplicates_and_cos_plus_minus_one(name, convention):
     base = 3.0 * torch.eye(16)[:4]
     cases = {
         "duplicated sentences": (base.repeat(2, 1), base.repeat(2, 1) + 0.01),
@@ -173,20 +175,20 @@ def test_every_loss_is_finite_for_duplicates_and_cos_plus_minus_one(name):
     }
     for case, (z1, z2) in cases.items():
         z1, z2 = z1.clone().requires_grad_(), z2.clone().requires_grad_()
-        out = build(name)(z1, z2)
+        out = build(name, convention=convention)(z1, z2)
         out.loss.backward()
         assert torch.isfinite(out.loss), case
         assert torch.isfinite(z1.grad).all() and torch.isfinite(z2.grad).all(), case
         assert all(math.isfinite(v) for v in out.stats.values()), (case, out.stats)
 
 
-@pytest.mark.parametrize("name", EVERY_LOSS)
-def test_every_loss_computes_in_float32_under_bf16_autocast(name):
+@pytest.mark.parametrize("name, convention", EVERY_FORM)
+def test_every_loss_computes_in_float32_under_bf16_autocast(name, convention):
     gen = torch.Generator().manual_seed(4)
     z1 = torch.randn(8, 16, generator=gen).bfloat16().requires_grad_()
     z2 = torch.randn(8, 16, generator=gen).bfloat16()
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        out = build(name)(z1, z2)
+        out = build(name, convention=convention)(z1, z2)
     out.loss.backward()
     assert out.loss.dtype == torch.float32 and torch.isfinite(out.loss) and torch.isfinite(z1.grad.float()).all()
 
@@ -204,11 +206,25 @@ def test_no_anchor_past_the_margin_gives_zero_loss_and_zero_gradient(name):
         assert out.stats["gd"] == 0.0
 
 
-@pytest.mark.parametrize("name", EVERY_LOSS)
-def test_every_loss_is_scale_invariant_and_reports_the_telemetry(name):
+@pytest.mark.parametrize("name", ["paradigm", "mmhe", "mmhs", "mbarlow", "mvicreg"])
+def test_reference_forms_give_zero_gradient_when_no_anchor_passes_the_margin(name):
+    # orthonormal sentences: every same-view and cross-view gap is 1, past m = 0.30, so the code gates every row
+    z = torch.eye(8, 16)
+    z1, z2 = z.clone().requires_grad_(), z.clone().requires_grad_()
+    out = build(name, convention="reference")(z1, z2)
+    out.loss.backward()
+    # exact: every embedding is detached (structural zeros); the value keeps the code's ungated constants
+    # (e.g. mmhe's log Σ e^{a_kl/τ}), and the code's sg loss would be NaN (a mean of no rows) where this is 0
+    assert torch.isfinite(out.loss) and (name != "paradigm" or out.loss.item() == 0.0)
+    assert torch.count_nonzero(z1.grad) == 0 and torch.count_nonzero(z2.grad) == 0
+    assert out.stats["gd"] == 0.0
+
+
+@pytest.mark.parametrize("name, convention", EVERY_FORM)
+def test_every_loss_is_scale_invariant_and_reports_the_telemetry(name, convention):
     gen = torch.Generator().manual_seed(5)
     z1, z2 = torch.randn(8, 16, generator=gen), torch.randn(8, 16, generator=gen)
-    loss = build(name)
+    loss = build(name, convention=convention)
     out = loss(z1, z2)
     # unit vectors differ in the last bit (~1e-7); 1/τ, arccos and the Barlow/VICReg sums amplify it to ~1e-5
     assert out.loss.item() == pytest.approx(loss(7.0 * z1, 0.1 * z2).loss.item(), rel=1e-4, abs=1e-6)

@@ -10,10 +10,11 @@ from sentemb.losses.modified import ModifiedBarlowTwins, ModifiedMHE, ModifiedMH
 from sentemb.losses.noncontrastive import AlignMHE, AlignMHS, BarlowTwins, VICReg
 from sentemb.losses.paradigm import Paradigm
 from sentemb.losses.registry import available, build
-from sentemb.losses.triplet import MET, MPT
+from sentemb.losses.triplet import MAT, MET, MPT
 from sentemb.losses.weighted_sum import WeightedSum
 
 __all__ = [
+    "MAT",
     "MET",
     "MPT",
     "VICReg",

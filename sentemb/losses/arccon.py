@@ -7,6 +7,11 @@
 s_ii is clamped into (−1+ε, 1−ε) before arccos, so identical views (cos = 1) stay finite.
 Inputs: z1, z2 (N, D). Reference: Zhang et al. 2022 (ACL), paradigm paper Table 1.
 Example: `ArcCon(tau=0.05, u=math.pi / 18)(z1, z2).loss`.
+
+`convention: reference` (the paper's public code, isotropy/models.py `_i_forward`, branch
+`arccon`): the same loss, one direction, but arccos of the unclamped positive cosine (NaN where
+rounding puts it at or above 1); the clamp is kept, which changes a value only where
+|s_ii| > 1 − 1e-6.
 """
 
 from __future__ import annotations
@@ -21,11 +26,13 @@ from sentemb.losses.geometry import diagonal_mask, negative_softmax, negatives_l
 
 
 class ArcCon(Objective):
-    def __init__(self, tau: float = 0.05, u: float = math.pi / 18, symmetric: bool = False) -> None:
+    def __init__(
+        self, tau: float = 0.05, u: float = math.pi / 18, symmetric: bool = False, convention: str = "paper"
+    ) -> None:
         super().__init__()
         self.tau = require_positive("tau", tau, "0.05")
         self.u = require_positive("u", u, "0.1745 (π/18, 10°)")
-        self.symmetric = symmetric
+        self.set_convention(convention, symmetric)
 
     def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
         s = h1 @ h2.T

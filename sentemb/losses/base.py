@@ -4,6 +4,10 @@ Conventions (../shared/spec/objectives.md): a loss takes the two views' raw embe
 (z, z') of shape (N, D), normalises them itself, computes similarities in float32 (float64
 inputs stay float64, for gradient tests) with autocast off, and uses one direction (h
 anchors against h' candidates) unless `symmetric=True`, which averages both directions.
+
+`convention`: `paper` (default) computes the paper's text; `reference` computes what the
+paper's public code computes for the same settings (sentemb/losses/reference.py), with that
+code's own direction handling, so `symmetric` is not used there.
 """
 
 from __future__ import annotations
@@ -41,17 +45,37 @@ def cross_view_similarity(z1: torch.Tensor, z2: torch.Tensor) -> torch.Tensor:
         return normalize(z1) @ normalize(z2).T
 
 
+CONVENTIONS = ("paper", "reference")
+
+
 class Objective(nn.Module):
     """Base class: `forward(z1, z2) -> LossOutput`; subclasses implement `directional(h1, h2)`.
 
     `directional` gets unit vectors in float32/float64 (autocast off) and returns the loss
     with h1 as anchors and h2 as candidates; `symmetric=True` averages it with the swapped call.
+    Under `convention="reference"` `reference(h1, h2)` is called instead, once, with both views.
     """
 
     symmetric: bool = False
+    convention: str = "paper"
 
     def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def reference(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
+        """The public code's computation for this loss's settings; the same as the paper's one direction
+        unless a subclass says otherwise (InfoNCE, MPT: the code computes the text's loss)."""
+        return self.directional(h1, h2)
+
+    def set_convention(self, convention: str, symmetric: bool) -> None:
+        """`convention` and `symmetric`, refusing `symmetric` where the public code fixes the directions."""
+        self.convention = require_choice("convention", convention, CONVENTIONS)
+        if self.convention == "reference" and symmetric:
+            raise SentembConfigError(
+                f"loss.symmetric=true with loss.convention=reference: {type(self).__name__}'s reference form has "
+                "the public code's own direction handling. Fix: loss.symmetric=false, or loss.convention=paper"
+            )
+        self.symmetric = symmetric
 
     def forward(self, z1: torch.Tensor, z2: torch.Tensor) -> LossOutput:
         if z1.shape != z2.shape or z1.dim() != 2:
@@ -63,6 +87,8 @@ class Objective(nn.Module):
             return LossOutput(0.0 * (z1.sum() + z2.sum()).float())
         with torch.autocast(device_type=z1.device.type, enabled=False):
             h1, h2 = normalize(z1), normalize(z2)
+            if self.convention == "reference":
+                return self.reference(h1, h2)
             output = self.directional(h1, h2)
             if self.symmetric:  # average both directions; telemetry stays that of the h → h' direction
                 backward = self.directional(h2, h1)
@@ -81,6 +107,22 @@ def require_finite(name: str, value: float, example: str) -> float:
     if not (isinstance(value, int | float) and math.isfinite(value)):
         raise SentembConfigError(f"loss.{name}={value} must be a finite number. Fix: e.g. loss.{name}={example}")
     return float(value)
+
+
+def require_non_negative(name: str, value: float, example: str) -> float:
+    if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+        raise SentembConfigError(f"loss.{name}={value} must be a number >= 0. Fix: e.g. loss.{name}={example}")
+    return float(value)
+
+
+def require_reference_option(name: str, value: object, allowed: Iterable[str], source: str) -> None:
+    """Under `convention=reference`, `value` must be one the public code has (`allowed`)."""
+    allowed = tuple(allowed)
+    if value not in allowed:
+        raise SentembConfigError(
+            f"loss.{name}={value!r} has no counterpart in {source} (loss.convention=reference), which has "
+            f"{', '.join(map(str, allowed))}. Fix: loss.{name}={allowed[0]}, or loss.convention=paper"
+        )
 
 
 def require_choice(name: str, value: str, choices: Iterable[str]) -> str:

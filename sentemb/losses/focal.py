@@ -9,6 +9,8 @@ GD = 1 − P_ii (the softmax mass on negatives), W_ij ∝ q_ij (2s_ij + m)/τ wi
 negatives, R_i = 2 s_ii / Σ_j q_ij (2s_ij + m); `hardest_share` is the largest q_ij.
 Inputs: z1, z2 (N, D); the value is the mean over anchors (the paper sums: one constant).
 Example: `FocalInfoNCE(tau=0.05, m=0.3)(z1, z2).loss`.
+
+`convention`: only `paper`; the paradigm paper's public code has no focal loss.
 """
 
 from __future__ import annotations
@@ -16,16 +18,22 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from sentemb.errors import SentembConfigError
 from sentemb.losses.base import LossOutput, Objective, require_finite, require_positive
 from sentemb.losses.geometry import diagonal_mask, negative_softmax, paradigm_stats
 
 
 class FocalInfoNCE(Objective):
-    def __init__(self, tau: float = 0.05, m: float = 0.3, symmetric: bool = False) -> None:
+    def __init__(self, tau: float = 0.05, m: float = 0.3, symmetric: bool = False, convention: str = "paper") -> None:
         super().__init__()
         self.tau = require_positive("tau", tau, "0.05")
         self.m = require_finite("m", m, "0.3")
-        self.symmetric = symmetric
+        if convention == "reference":
+            raise SentembConfigError(
+                "loss.convention=reference: the paradigm paper's public code has no Focal-InfoNCE. "
+                "Fix: loss.convention=paper (focal's only form)"
+            )
+        self.set_convention(convention, symmetric)
 
     def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
         s = h1 @ h2.T

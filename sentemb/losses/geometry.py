@@ -70,9 +70,9 @@ def safe_arccos(cos: torch.Tensor) -> torch.Tensor:
     return torch.arccos(cos.clamp(-1.0 + EPS, 1.0 - EPS))
 
 
-def unit_distance(cos: torch.Tensor) -> torch.Tensor:
+def unit_distance(cos: torch.Tensor, eps: float = EPS) -> torch.Tensor:
     """‖a − b‖ of unit vectors as sqrt(clamp(2 − 2cos, ε)): finite gradient at cos = 1."""
-    return torch.sqrt((2.0 - 2.0 * cos).clamp_min(EPS))
+    return torch.sqrt((2.0 - 2.0 * cos).clamp_min(eps))
 
 
 def one_hot_rows(index: torch.Tensor, n: int, dtype: torch.dtype) -> torch.Tensor:

@@ -7,6 +7,9 @@ Paradigm components (Table 1): GD = 1/(1 + e^{s_ii/τ}/Σ_{k≠i} e^{s_ik/τ}), 
 negatives, R = 1. Inputs: z1, z2 of shape (N, D), two dropout views of the same N sentences; the
 other N−1 sentences are the negatives. Reference: Oord et al. 2018; Gao et al., SimCSE (2021).
 Example: `InfoNCE(tau=0.05)(z1, z2).loss`.
+
+`convention: reference` (the paper's public code, isotropy/models.py `_i_forward`, branch
+`infonce`): cross-entropy of the cosine matrix over temp, one direction: the same computation.
 """
 
 from __future__ import annotations
@@ -19,10 +22,10 @@ from sentemb.losses.geometry import negative_softmax, negatives_logsumexp, parad
 
 
 class InfoNCE(Objective):
-    def __init__(self, tau: float = 0.05, symmetric: bool = False) -> None:
+    def __init__(self, tau: float = 0.05, symmetric: bool = False, convention: str = "paper") -> None:
         super().__init__()
         self.tau = require_positive("tau", tau, "0.05")
-        self.symmetric = symmetric
+        self.set_convention(convention, symmetric)
 
     def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
         s = h1 @ h2.T

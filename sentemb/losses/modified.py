@@ -18,8 +18,25 @@ normalisation of their weights (autograd = Eq. 18/19 exactly), means with `w_nor
 Options: `r` a number, or `original` for the unmodified ratio (Table 5's "+W" step: the
 original alignment coefficient, 1/N for MHE, 1 for MHS, w_p = 2/N for Barlow and VICReg);
 `gd: none` drops the margin; `margin_on: same` reads d_i off the same view
-(1 − max_{j≠i} a_ij < m) and `symmetric: true` averages both directions, as the paper's
-public code does. Inputs: z1, z2 (N, D); defaults are Table 6 (BERT-base).
+(1 − max_{j≠i} a_ij < m) and `symmetric: true` averages both directions (two of the public
+code's differences, but not its gating: `convention: reference` is the code itself). mB and
+mV take `w: power`, w_ij ∝ max(sim_ij, 1e-4)^power, the code's alternative to e^{sim/τ}.
+Inputs: z1, z2 (N, D); defaults are Table 6 (BERT-base).
+
+`convention: reference` computes the paradigm paper's public code (reference.py; isotropy/
+models.py `_i_forward`, the non-contrastive branch with w_gd (gd=margin), w_w (these losses'
+weights) and w_r (a number r; `r: original` leaves w_r out)), with `nu` = the code's lambda:
+  - both directions summed; each view gated by its own same-view indicator
+    d_i = 𝕀{1 − max_{j≠i} a_ij < m} wherever it appears, so h'_i's gradient through anchor i's
+    positive term is gated by d'_i (the text's d_i gates the whole anchor term);
+  - mmhe: ν (U + U') + Σ_i (2 − 2 h_i·h'_i) r (c_i + c'_i)/2, U = log Σ_{k<l} e^{a_kl/τ},
+    c_i = Σ_{j≠i} e^{a_ij/τ} / (τ Σ_{k<l} e^{a_kl/τ}): the effective R is ≈ 2r/ν;
+  - mmhs: cross-view detached MHS, ν (mean_i −min_{j≠i} D_ij + the same from h') +
+    mean_i (2 − 2 h_i·h'_i) r (1/D_i + 1/D'_i)/2, D_ij = sqrt(‖h_i − sg(h'_j)‖² + 1e-4);
+  - mbarlow / mvicreg: Σ_i ν r (Σ_{j≠i} w_ij)(−h_i·h'_i) + ν Σ_j w_ij h_i·sg(h_j) per direction,
+    w from sg(h'h'ᵀ) (mB) or sg(hhᵀ) (mV) divided by its k ≠ l sum with the diagonal kept in
+    the numerator (radial: no gradient on the sphere); `w_norm: row` is refused.
+The logged R is that effective ratio. In `paper` mode `nu` must stay 1 (the text has no λ here).
 """
 
 from __future__ import annotations
@@ -28,8 +45,20 @@ import math
 
 import torch
 
-from sentemb.losses.base import LossOutput, Objective, parse_ratio, require_choice, require_finite, require_positive
+from sentemb.errors import SentembConfigError
+from sentemb.losses import reference
+from sentemb.losses.base import (
+    LossOutput,
+    Objective,
+    parse_ratio,
+    require_choice,
+    require_finite,
+    require_non_negative,
+    require_positive,
+    require_reference_option,
+)
 from sentemb.losses.geometry import (
+    diagonal_mask,
     gate_anchors,
     global_negative_softmax,
     hardest_negative,
@@ -47,13 +76,26 @@ from sentemb.losses.geometry import (
 class ModifiedObjective(Objective):
     """Shared: the margin indicator d_i and its options."""
 
-    def __init__(self, m: float, r: float | str, gd: str, margin_on: str, symmetric: bool) -> None:
+    def __init__(
+        self, m: float, r: float | str, gd: str, margin_on: str, symmetric: bool, nu: float, convention: str
+    ) -> None:
         super().__init__()
         self.m = require_finite("m", m, "0.30")
         self.r = parse_ratio(r, ("original",))
         self.gd = require_choice("gd", gd, ("margin", "none"))
         self.margin_on = require_choice("margin_on", margin_on, ("cross", "same"))
-        self.symmetric = symmetric
+        self.nu = require_positive("nu", nu, "1.0")
+        self.set_convention(convention, symmetric)
+        if self.convention == "paper" and self.nu != 1.0:
+            raise SentembConfigError(
+                f"loss.nu={nu}: nu is the public code's lambda (loss.convention=reference); the paper's modified "
+                "losses have no such weight. Fix: loss.nu=1.0, or loss.convention=reference"
+            )
+
+    @property
+    def code_ratio(self) -> float | None:
+        """The code's w_r: the number r, or None (`r: original`, no w_r)."""
+        return None if self.r == "original" else self.r
 
     def similarities_and_indicator(
         self, h1: torch.Tensor, h2: torch.Tensor
@@ -78,9 +120,16 @@ class ModifiedMHE(ModifiedObjective):
         gd: str = "margin",
         margin_on: str = "cross",
         symmetric: bool = False,
+        nu: float = 1.0,
+        convention: str = "paper",
     ) -> None:
-        super().__init__(m, r, gd, margin_on, symmetric)
+        super().__init__(m, r, gd, margin_on, symmetric, nu, convention)
         self.tau = require_positive("tau", tau, "0.05")
+
+    def reference(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
+        gd = self.gd == "margin"
+        loss, parts = reference.mhe_loss(h1, h2, gd, True, self.code_ratio, self.m, self.tau, self.nu)
+        return reference.with_telemetry(loss, parts, h1, h2)
 
     def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
         n = h1.shape[0]
@@ -108,8 +157,14 @@ class ModifiedMHS(ModifiedObjective):
         gd: str = "margin",
         margin_on: str = "cross",
         symmetric: bool = False,
+        nu: float = 1.0,
+        convention: str = "paper",
     ) -> None:
-        super().__init__(m, r, gd, margin_on, symmetric)
+        super().__init__(m, r, gd, margin_on, symmetric, nu, convention)
+
+    def reference(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
+        loss, parts = reference.mhs_loss(h1, h2, self.gd == "margin", self.code_ratio, self.m, self.nu)
+        return reference.with_telemetry(loss, parts, h1, h2)
 
     def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
         n = h1.shape[0]
@@ -142,18 +197,41 @@ class ModifiedDecorrelation(ModifiedObjective):
         gd: str = "margin",
         margin_on: str = "cross",
         symmetric: bool = False,
+        w: str = "exp",
+        power: float = 4.0,
+        nu: float = 1.0,
+        convention: str = "paper",
     ) -> None:
-        super().__init__(m, r, gd, margin_on, symmetric)
+        super().__init__(m, r, gd, margin_on, symmetric, nu, convention)
         self.tau = require_positive("tau", tau, "0.05")
         self.w_norm = require_choice("w_norm", w_norm, ("global", "row"))
+        self.w = require_choice("w", w, ("exp", "power"))
+        self.power = require_non_negative("power", power, "4")
+        if self.convention == "reference":
+            require_reference_option("w_norm", w_norm, ("global",), "the public code's weights")
+
+    def reference(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
+        kind = "barlow" if self.weights_from == "h2" else "vicreg"
+        gd = self.gd == "margin"
+        loss, parts = reference.decorrelation_loss(
+            h1, h2, kind, gd, self.w, self.code_ratio, self.m, self.tau, self.power, self.nu
+        )
+        return reference.with_telemetry(loss, parts, h1, h2)
+
+    @torch.no_grad()
+    def weights(self, base: torch.Tensor) -> torch.Tensor:
+        """w_ij ∝ e^{base_ij/τ} (or max(base_ij, 1e-4)^power) off the diagonal, normalised globally or per row."""
+        if self.w == "exp":
+            logits = base / self.tau
+            return global_negative_softmax(logits) if self.w_norm == "global" else negative_softmax(logits)
+        weights = reference.power_weights(base, self.power).masked_fill(diagonal_mask(base.shape[0], base.device), 0)
+        return weights / (weights.sum() if self.w_norm == "global" else weights.sum(dim=1, keepdim=True))
 
     def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
         n = h1.shape[0]
         s, a, d = self.similarities_and_indicator(h1, h2)
         with torch.no_grad():
-            base = h2 @ h2.T if self.weights_from == "h2" else a
-            logits = base / self.tau
-            weights = global_negative_softmax(logits) if self.w_norm == "global" else negative_softmax(logits)
+            weights = self.weights(h2 @ h2.T if self.weights_from == "h2" else a)
             positive_weight = torch.full_like(d, 2.0 / n) if self.r == "original" else self.r * weights.sum(dim=1)
         per_anchor = -positive_weight * s.diagonal() + (weights * (h1 @ h1.detach().T)).sum(dim=1)
         gated = d * per_anchor

@@ -16,6 +16,23 @@ negative's share of W and the mean R of Table 2 (as the implemented batch total 
 MHS R = 2‖h_i−h_j‖/ν; Table 2's extra 1/N mixes a batch-mean alignment with one anchor's MHS).
 Barlow's and VICReg's W are signed (linear in the similarity) and Barlow's R is a matrix, so no
 share or ratio is logged for them. Inputs: z1, z2 (N, D).
+
+`convention: reference` computes the paradigm paper's public code (reference.py; isotropy/
+models.py `_i_forward`, the non-contrastive branch, flags `w_gd` ↔ gd=margin), with ν = the
+code's `lambda` (nu1 for VICReg):
+  align_mhe  `mhe`: ν (log Σ_{k<l} e^{h_k·h_l} + the same for h') + (1/N) Σ_i ‖h_i − h'_i‖²;
+             e^{h_k·h_l} ∝ e^{−‖h_k−h_l‖²/2}, half the text's exponent, and no 2/(N(N−1)).
+  align_mhs  `mhs`: ν (mean_i −min_{j≠i} sqrt(‖h_i − sg(h'_j)‖² + 1e-4) + the same from h')
+             + mean_i ‖h_i − h'_i‖²: cross-view, detached, where the text takes the nearest
+             same-view neighbour (Eq. 9).
+  barlow     `barlowtwins`: the gradient surrogate of Eq. 10, both directions summed:
+             −Σ_k (2/N)(1 − (1−ν) C_kk) h_ik sg(h'_ik) + ν Σ_j (2 h'_i·h'_j/N²) h_i·sg(h_j);
+             no batch standardisation (`standardize` is refused).
+  vicreg     `vicreg`: the surrogate of Eq. 11, −(2/N) h_i·sg(h'_i) + ν1 Σ_j (2 a_ij/N²) h_i·sg(h_j),
+             both directions summed: no centring, no k ≠ l, no variance hinge (nu2 and gamma
+             must keep their defaults).
+With gd=margin each view is gated by its own same-view indicator 𝕀{1 − max_{j≠i} a_ij < m}
+wherever it appears (the code's w_gd), not by the cross-view margin of the text.
 """
 
 from __future__ import annotations
@@ -24,6 +41,8 @@ import math
 
 import torch
 
+from sentemb.errors import SentembConfigError
+from sentemb.losses import reference
 from sentemb.losses.base import LossOutput, Objective, require_choice, require_finite, require_positive
 from sentemb.losses.geometry import (
     diagonal_mask,
@@ -43,11 +62,11 @@ VARIANCE_EPS = 1e-4  # VICReg's sqrt(var + ε)
 class GatedObjective(Objective):
     """An original-form loss with the optional margin gradient dissipation of the paradigm."""
 
-    def __init__(self, gd: str, m: float, symmetric: bool) -> None:
+    def __init__(self, gd: str, m: float, symmetric: bool, convention: str) -> None:
         super().__init__()
         self.gd = require_choice("gd", gd, ("none", "margin"))
         self.m = require_finite("m", m, "0.30")
-        self.symmetric = symmetric
+        self.set_convention(convention, symmetric)
 
     def anchors(self, h1: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(h1 gated by d, d): with gd=none every anchor is active."""
@@ -65,8 +84,10 @@ def alignment(h1: torch.Tensor, h2: torch.Tensor) -> torch.Tensor:
 class AlignUniform(GatedObjective):
     """L^a + ν · (a uniformity term)."""
 
-    def __init__(self, nu: float = 1.0, gd: str = "none", m: float = 0.30, symmetric: bool = False) -> None:
-        super().__init__(gd, m, symmetric)
+    def __init__(
+        self, nu: float = 1.0, gd: str = "none", m: float = 0.30, symmetric: bool = False, convention: str = "paper"
+    ) -> None:
+        super().__init__(gd, m, symmetric, convention)
         self.nu = require_positive("nu", nu, "1.0")
 
 
@@ -85,6 +106,11 @@ class AlignMHE(AlignUniform):
             stats = paradigm_stats(s, h1, h2, gd=d, weights=negative_softmax(2.0 * a), ratio=ratio)
         return LossOutput(loss, stats)
 
+    def reference(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
+        gd = self.gd == "margin"
+        loss, parts = reference.mhe_loss(h1, h2, gd, weighted=False, ratio=None, m=self.m, tau=1.0, nu=self.nu)
+        return reference.with_telemetry(loss, parts, h1, h2)
+
 
 class AlignMHS(AlignUniform):
     def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
@@ -99,14 +125,29 @@ class AlignMHS(AlignUniform):
             stats = paradigm_stats(s, h1, h2, gd=d, weights=weights, ratio=2.0 * nearest / self.nu)
         return LossOutput(loss, stats)
 
+    def reference(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
+        loss, parts = reference.mhs_loss(h1, h2, self.gd == "margin", ratio=None, m=self.m, nu=self.nu)
+        return reference.with_telemetry(loss, parts, h1, h2)
+
 
 class BarlowTwins(GatedObjective):
     def __init__(
-        self, nu: float = 5e-3, standardize: bool = False, gd: str = "none", m: float = 0.30, symmetric: bool = False
+        self,
+        nu: float = 5e-3,
+        standardize: bool = False,
+        gd: str = "none",
+        m: float = 0.30,
+        symmetric: bool = False,
+        convention: str = "paper",
     ) -> None:
-        super().__init__(gd, m, symmetric)
+        super().__init__(gd, m, symmetric, convention)
         self.nu = require_positive("nu", nu, "0.005")
         self.standardize = standardize
+        if self.convention == "reference" and standardize:
+            raise SentembConfigError(
+                "loss.standardize=true with loss.convention=reference: the public code's Barlow Twins has no batch "
+                "standardisation. Fix: loss.standardize=false, or loss.convention=paper"
+            )
 
     def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
         n = h1.shape[0]
@@ -120,6 +161,12 @@ class BarlowTwins(GatedObjective):
         loss = (on_diagonal - 1.0).pow(2).sum() + self.nu * (cross.pow(2).sum() - on_diagonal.pow(2).sum())
         return LossOutput(loss, paradigm_stats(s.detach(), h1.detach(), h2.detach(), gd=d))
 
+    def reference(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
+        loss, parts = reference.decorrelation_loss(
+            h1, h2, "barlow", self.gd == "margin", "linear", None, self.m, tau=1.0, power=4.0, nu=self.nu
+        )
+        return reference.with_telemetry(loss, parts, h1, h2)
+
 
 class VICReg(GatedObjective):
     def __init__(
@@ -130,11 +177,17 @@ class VICReg(GatedObjective):
         gd: str = "none",
         m: float = 0.30,
         symmetric: bool = False,
+        convention: str = "paper",
     ) -> None:
-        super().__init__(gd, m, symmetric)
+        super().__init__(gd, m, symmetric, convention)
         self.nu1 = require_positive("nu1", nu1, "1.0")
         self.nu2 = require_positive("nu2", nu2, "1.0")
         self.gamma = require_positive("gamma", gamma, "1.0")
+        if self.convention == "reference" and (nu2, gamma) != (1.0, 1.0):
+            raise SentembConfigError(
+                f"loss.nu2={nu2}, loss.gamma={gamma} with loss.convention=reference: the public code's VICReg has no "
+                "variance hinge (its lambda is loss.nu1). Fix: leave nu2 and gamma at 1.0, or loss.convention=paper"
+            )
 
     def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
         s = h1 @ h2.T
@@ -145,6 +198,12 @@ class VICReg(GatedObjective):
             + self.nu2 * (variance_term(x1, self.gamma) + variance_term(h2, self.gamma))
         )
         return LossOutput(loss, paradigm_stats(s.detach(), h1.detach(), h2.detach(), gd=d))
+
+    def reference(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
+        loss, parts = reference.decorrelation_loss(
+            h1, h2, "vicreg", self.gd == "margin", "linear", None, self.m, tau=1.0, power=4.0, nu=self.nu1
+        )
+        return reference.with_telemetry(loss, parts, h1, h2)
 
 
 def batch_standardize(x: torch.Tensor) -> torch.Tensor:

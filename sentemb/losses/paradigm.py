@@ -7,13 +7,22 @@ Components (spec, Table 1), all detached:
   gd: margin  = 𝕀{s_ii − max_{k≠i} s_ik < m}          (MPT's; the paper's baseline)
       infonce = 1/(1 + e^{s_ii/τ}/Σ_{k≠i} e^{s_ik/τ})
       none    = 1
-  w:  softmax = e^{s_ij/τ}/Σ_{k≠i} e^{s_ik/τ};  hardest = 1 for argmax_{k≠i} s_ik;  uniform = 1/(N−1)
+  w:  softmax = e^{s_ij/τ}/Σ_{k≠i} e^{s_ik/τ};  hardest = 1 for argmax_{k≠i} s_ik;  uniform = 1/(N−1);
+      power = max(s_ij, 1e-4)^power / Σ_{k≠i} max(s_ik, 1e-4)^power (the public code's; power 0 = uniform)
   r:  a number = that static ratio (`static` = 1);  arccon = sin(θ_ii+u)/sin θ_ii;
       met = sqrt((1−s_ij)/(1−s_ii))
 Defaults are the paper's baseline (m 0.30, τ 0.05, r 1). A batch where no anchor passes the
 margin gives loss 0 and zero gradients. Inputs: z1, z2 (N, D); value = mean over anchors.
 Example: `Paradigm(gd="margin", w="softmax", r=1.5)(z1, z2).loss`; from the command line
 `loss=paradigm loss.gd=none loss.r=arccon` or a sweep `-m loss.r=1.0,1.5,met`.
+
+`convention: reference` computes the public code's `sg` loss (`sg.w_gd` for gd=margin, `sg`
+for gd=none; see reference.sg_loss): both directions summed, each direction's d from its own
+anchors' cross-view margin (rows, then columns), the positive s_ii live in both views (so the
+effective R is about 2r), each direction the mean over its active rows' N columns (loss 0 where
+no row is active, where the code gives NaN), and `power` cast to an integer as the code does.
+The code has the margin and no GD, softmax (temp = τ) and power weights (uniform = power 0),
+and static ratios only: gd=infonce, w=hardest and r=arccon/met are refused under `reference`.
 """
 
 from __future__ import annotations
@@ -22,7 +31,17 @@ import math
 
 import torch
 
-from sentemb.losses.base import LossOutput, Objective, parse_ratio, require_choice, require_finite, require_positive
+from sentemb.errors import SentembConfigError
+from sentemb.losses.base import (
+    LossOutput,
+    Objective,
+    parse_ratio,
+    require_choice,
+    require_finite,
+    require_non_negative,
+    require_positive,
+    require_reference_option,
+)
 from sentemb.losses.geometry import (
     diagonal_mask,
     hardest_negative,
@@ -33,9 +52,10 @@ from sentemb.losses.geometry import (
     paradigm_stats,
     safe_arccos,
 )
+from sentemb.losses.reference import power_weights, sg_loss, with_telemetry
 
 GRADIENT_DISSIPATIONS = ("margin", "infonce", "none")
-WEIGHTS = ("softmax", "hardest", "uniform")
+WEIGHTS = ("softmax", "hardest", "uniform", "power")
 DYNAMIC_RATIOS = ("arccon", "met")
 
 
@@ -48,7 +68,9 @@ class Paradigm(Objective):
         m: float = 0.30,
         tau: float = 0.05,
         u: float = math.pi / 18,
+        power: float = 4.0,
         symmetric: bool = False,
+        convention: str = "paper",
     ) -> None:
         super().__init__()
         self.gd = require_choice("gd", gd, GRADIENT_DISSIPATIONS)
@@ -57,7 +79,16 @@ class Paradigm(Objective):
         self.m = require_finite("m", m, "0.30")
         self.tau = require_positive("tau", tau, "0.05")
         self.u = require_positive("u", u, "0.1745")
-        self.symmetric = symmetric
+        self.power = require_non_negative("power", power, "4")
+        self.set_convention(convention, symmetric)
+        if self.convention == "reference":
+            for key, value, allowed in (("gd", gd, ("margin", "none")), ("w", w, ("softmax", "power", "uniform"))):
+                require_reference_option(key, value, allowed, "the code's sg loss")
+            if isinstance(self.r, str):
+                raise SentembConfigError(
+                    f"loss.r={r!r} has no counterpart in the code's sg loss (loss.convention=reference), whose "
+                    "ratio is a number. Fix: loss.r=1.0, or loss.convention=paper"
+                )
 
     @torch.no_grad()
     def gradient_dissipation(self, s: torch.Tensor) -> torch.Tensor:
@@ -75,6 +106,9 @@ class Paradigm(Objective):
             return negative_softmax(s / self.tau)
         if self.w == "hardest":
             return one_hot_rows(hardest_negative(s)[1], n, s.dtype)
+        if self.w == "power":
+            weights = power_weights(s, self.power).masked_fill(diagonal_mask(n, s.device), 0.0)
+            return weights / weights.sum(dim=1, keepdim=True)
         return (~diagonal_mask(n, s.device)).to(s.dtype) / (n - 1)
 
     @torch.no_grad()
@@ -93,3 +127,12 @@ class Paradigm(Objective):
         per_anchor = gd * (weights * (s - ratio * s.diagonal()[:, None])).sum(dim=1)
         stats = paradigm_stats(s.detach(), h1.detach(), h2.detach(), gd=gd, weights=weights, ratio=ratio)
         return LossOutput(per_anchor.mean(), stats)
+
+    def reference(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
+        weights = "power" if self.w in ("power", "uniform") else "softmax"
+        power = 0.0 if self.w == "uniform" else self.power
+        loss, parts = sg_loss(h1, h2, self.gd == "margin", weights, self.m, self.tau, self.r, power)
+        d1, d2 = parts["d1"], parts["d2"]
+        # the positive term counted from both directions: R_i = r (1 + d'_i k / k'), k = active rows
+        parts["ratio"] = self.r * (1 + d2 * d1.sum() / d2.sum().clamp_min(1))
+        return with_telemetry(loss, parts, h1, h2)

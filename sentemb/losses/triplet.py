@@ -1,14 +1,24 @@
-"""MPT and MET: triplet losses against the hardest in-batch negative (Nie et al., ICLR 2023).
+"""MPT, MET and MAT: triplet losses against the hardest in-batch negative (Nie et al., ICLR 2023).
 
-    L_i = max(0, d(h_i, h'_i) − min_{j≠i} d(h_i, h'_j) + m)
-    MPT: d(a, b) = −a·b            ∂L_i/∂h_i = 𝕀 (h'_j − h'_i)                                    (Eq. 3)
-    MET: d(a, b) = ‖a − b‖         ∂L_i/∂h_i = 𝕀 (h'_j/‖h_i−h'_j‖ − h'_i/‖h_i−h'_i‖)              (Eq. 3)
+    L_i = max(0, d(h_i, h'_i) − min_{j≠i} d(h_i, h'_j) + margin)
+    MPT: d(a, b) = −a·b              ∂L_i/∂h_i = 𝕀 (h'_j − h'_i)                                  (Eq. 3)
+    MET: d(a, b) = ‖a − b‖           ∂L_i/∂h_i = 𝕀 (h'_j/‖h_i−h'_j‖ − h'_i/‖h_i−h'_i‖)            (Eq. 3)
+    MAT: d(a, b) = arccos(a·b), margin m·π
+                                     ∂L_i/∂h_i = 𝕀 (h'_j/sin θ_ij − h'_i/sin θ_ii)
 
 j is the hardest negative (largest s_ij); 𝕀 = 1 while the triplet still violates the margin.
-MET's distances are sqrt(clamp(2 − 2s, ε)) so cos = 1 gives a finite gradient. Paradigm
-components (Table 1): GD = 𝕀, W = 1 (MPT) or 1/‖h_i−h'_j‖ (MET) on the hardest negative only,
-R = 1 (MPT) or sqrt((1−s_ij)/(1−s_ii)) (MET). Inputs: z1, z2 (N, D); the value is the mean over anchors.
-Example: `MPT(m=0.23)(z1, z2).loss`, `MET(m=0.45)(z1, z2).loss`.
+MET's distances are sqrt(clamp(2 − 2s, ε)) and MAT's angles arccos of s clamped into
+(−1+ε, 1−ε), so cos = 1 gives a finite gradient. Paradigm components (Table 1): GD = 𝕀,
+W on the hardest negative only (MPT 1, MET 1/‖h_i−h'_j‖, MAT 1/sin θ_ij), R = 1 (MPT),
+sqrt((1−s_ij)/(1−s_ii)) (MET), sin θ_ij / sin θ_ii (MAT). Inputs: z1, z2 (N, D); the value
+is the mean over anchors. Example: `MPT(m=0.23)(z1, z2).loss`, `MET(m=0.45)`, `MAT(m=0.15)`.
+
+`convention: reference` (the paper's public code, isotropy/models.py `_i_forward`, branches
+`mpt`, `met`, `mat`; one direction as here): MPT is the same computation. MET clamps 2 − 2s at
+1e-4 instead of 1e-6 before the root, which changes the value and gradient only for pairs
+closer than 0.01. MAT, which only the code defines (angular triplet, default m = 0.15), takes
+arccos unclamped there (NaN at |s| ≥ 1 from rounding); both conventions clamp, which changes a
+value only where |s| > 1 − 1e-6.
 """
 
 from __future__ import annotations
@@ -18,14 +28,23 @@ import math
 import torch
 
 from sentemb.losses.base import LossOutput, Objective, require_finite
-from sentemb.losses.geometry import diagonal_mask, hardest_negative, one_hot_rows, paradigm_stats, unit_distance
+from sentemb.losses.geometry import (
+    diagonal_mask,
+    hardest_negative,
+    one_hot_rows,
+    paradigm_stats,
+    safe_arccos,
+    unit_distance,
+)
+
+REFERENCE_MET_EPS = 1e-4  # the public code's clamp_min(2 − 2s, 1e-4) before the root
 
 
 class MPT(Objective):
-    def __init__(self, m: float = 0.23, symmetric: bool = False) -> None:
+    def __init__(self, m: float = 0.23, symmetric: bool = False, convention: str = "paper") -> None:
         super().__init__()
         self.m = require_finite("m", m, "0.23")
-        self.symmetric = symmetric
+        self.set_convention(convention, symmetric)
 
     def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
         s = h1 @ h2.T
@@ -37,20 +56,60 @@ class MPT(Objective):
         return LossOutput(loss, stats)
 
 
-class MET(Objective):
-    def __init__(self, m: float = 0.45, symmetric: bool = False) -> None:
-        super().__init__()
-        self.m = require_finite("m", m, "0.45")
-        self.symmetric = symmetric
+class DistanceTriplet(Objective):
+    """max(0, d_ii − min_{j≠i} d_ij + margin) for a distance d of the cosine matrix; W = ∂d/∂s at the hardest."""
+
+    def distances(self, s: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def slope(self, s: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
+        """−∂d/∂s."""
+        raise NotImplementedError
+
+    def margin(self) -> float:
+        return self.m
 
     def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
         s = h1 @ h2.T
-        distance = unit_distance(s)
+        distance = self.distances(s)
         positive = distance.diagonal()
         nearest, index = distance.masked_fill(diagonal_mask(s.shape[0], s.device), math.inf).min(dim=1)
-        loss = torch.relu(positive - nearest + self.m).mean()
+        loss = torch.relu(positive - nearest + self.margin()).mean()
         with torch.no_grad():
-            gd = (nearest - positive < self.m).to(s.dtype)
-            ratio = nearest / positive  # sqrt((1 − s_ij)/(1 − s_ii)) at the hardest negative
-            stats = paradigm_stats(s, h1, h2, gd=gd, weights=one_hot_rows(index, s.shape[0], s.dtype), ratio=ratio)
+            gd = (nearest - positive < self.margin()).to(s.dtype)
+            # R = (∂d_ii/∂s_ii) / (∂d_ij/∂s_ij) at the hardest negative: MET √((1−s_ij)/(1−s_ii)), MAT sin θ_ij/sin θ_ii
+            ratio = self.slope(s.diagonal()) / self.slope(s.gather(1, index[:, None])[:, 0])
+            weights = one_hot_rows(index, s.shape[0], s.dtype)
+            stats = paradigm_stats(s, h1, h2, gd=gd, weights=weights, ratio=ratio)
         return LossOutput(loss, stats)
+
+
+class MET(DistanceTriplet):
+    def __init__(self, m: float = 0.45, symmetric: bool = False, convention: str = "paper") -> None:
+        super().__init__()
+        self.m = require_finite("m", m, "0.45")
+        self.set_convention(convention, symmetric)
+
+    def distances(self, s: torch.Tensor) -> torch.Tensor:
+        return unit_distance(s, REFERENCE_MET_EPS) if self.convention == "reference" else unit_distance(s)
+
+    def slope(self, s: torch.Tensor) -> torch.Tensor:
+        """−∂‖a−b‖/∂s = 1/‖a−b‖."""
+        return 1.0 / self.distances(s)
+
+
+class MAT(DistanceTriplet):
+    def __init__(self, m: float = 0.15, symmetric: bool = False, convention: str = "paper") -> None:
+        super().__init__()
+        self.m = require_finite("m", m, "0.15")
+        self.set_convention(convention, symmetric)
+
+    def distances(self, s: torch.Tensor) -> torch.Tensor:
+        return safe_arccos(s)
+
+    def margin(self) -> float:
+        return self.m * math.pi  # m is a fraction of π, as in the code
+
+    def slope(self, s: torch.Tensor) -> torch.Tensor:
+        """−∂θ/∂s = 1/sin θ."""
+        return 1.0 / torch.sin(safe_arccos(s))
