@@ -89,6 +89,12 @@ def prepare_run(cfg: DictConfig) -> CorpusReport:
     dropout = cfg.model.get("dropout")
     if dropout is not None and not (isinstance(dropout, int | float) and 0.0 <= dropout < 1.0):
         raise SentembConfigError(f"model.dropout={dropout} must be a number in [0, 1), or null for the model's own")
+    layers = cfg.model.get("trainable_layers")
+    if layers is not None and (isinstance(layers, bool) or not isinstance(layers, int) or layers < 1):
+        raise SentembConfigError(
+            f"model.trainable_layers={layers} must be a whole number of top layers to train (>= 1), or null for all. "
+            "Fix: e.g. model.trainable_layers=12 (the paradigm code's num_layers)"
+        )
     check_grad_cache(cfg)
     if cfg.get("ckpt_path") and not Path(cfg.ckpt_path).expanduser().is_file():
         raise SentembConfigError(

@@ -3,7 +3,8 @@
 Writes a sentence-transformers model folder through sentence-transformers' own API, loadable with
 `SentenceTransformer(dir)`:
 - `cls` / `mean`: its Transformer and Pooling modules; SimCSE's train-only MLP is left out (a
-  Dense + Tanh module keeps it where `pooling.mlp=always`);
+  Dense + Tanh module keeps it where `pooling.mlp=always`, Dense alone for `mlp_activation=none`;
+  Tanh before the Linear, `mlp_activation=before`, has no Dense form and exports as sentemb's module);
 - `prompt`, `hicl` and `head=sarcse`: one `sentemb.st_modules.SentembEncoder` module (sentemb's own
   pooling and head, config and weights saved in the folder).
 The folder's README.md is a model card: a name unique to the training run, the training config,
@@ -26,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sentemb.config import register_resolvers
 from sentemb.encoders.encoder import SentenceEncoder
-from sentemb.encoders.pooling import CLSPooling, MeanPooling
+from sentemb.encoders.pooling import CLSPooling, MeanPooling, mlp_linear
 from sentemb.errors import SentembConfigError
 from sentemb.paths import PROJECT_ROOT
 
@@ -43,7 +44,8 @@ def sentence_transformer(encoder: SentenceEncoder, pooling: dict[str, Any], head
     from sentemb.st_modules import SentembEncoder
 
     pooler = encoder.pooling
-    if head or type(pooler) not in (CLSPooling, MeanPooling):
+    tanh_first = isinstance(pooler, CLSPooling) and pooler.mlp_use == "always" and pooler.mlp_activation == "before"
+    if head or type(pooler) not in (CLSPooling, MeanPooling) or tanh_first:  # Dense applies Tanh after its Linear
         return SentenceTransformer(modules=[SentembEncoder(encoder, pooling, head)], device="cpu")
     with tempfile.TemporaryDirectory() as folder:  # Transformer loads from a folder: the backbone as trained
         encoder.backbone.save_pretrained(folder)
@@ -53,10 +55,9 @@ def sentence_transformer(encoder: SentenceEncoder, pooling: dict[str, Any], head
         transformer = Transformer(folder)
         modules = [transformer, Pooling(encoder.hidden_size, "cls" if type(pooler) is CLSPooling else "mean")]
         if isinstance(pooler, CLSPooling) and pooler.mlp is not None and pooler.mlp_use == "always":
-            linear = pooler.mlp[0]
-            modules.append(
-                Dense(linear.in_features, linear.out_features, True, torch.nn.Tanh(), linear.weight, linear.bias)
-            )
+            linear = mlp_linear(pooler.mlp)
+            activation = torch.nn.Tanh() if pooler.mlp_activation == "after" else torch.nn.Identity()
+            modules.append(Dense(linear.in_features, linear.out_features, True, activation, linear.weight, linear.bias))
         return SentenceTransformer(modules=modules, device="cpu")
 
 

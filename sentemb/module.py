@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 from hydra.utils import instantiate
 
+from sentemb.encoders.backbones import freeze_all_but_top_layers
 from sentemb.encoders.encoder import SentenceEncoder
 from sentemb.encoders.pooling import TrainingViews
 from sentemb.grad_cache import GradCache
@@ -46,6 +47,8 @@ def build_encoder(model: dict, pooling: dict, head: dict | None = None) -> Sente
     # dropout is SimCSE's augmentation: model.dropout sets the hidden and attention dropout of any BERT/RoBERTa
     overrides = {} if dropout is None else {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
     backbone = instantiate(model["backbone"], **overrides)
+    if model.get("trainable_layers") is not None:  # checked by prepare_run
+        freeze_all_but_top_layers(backbone, model["trainable_layers"])
     tokenizer = instantiate(model["tokenizer"])
     size = backbone.config.hidden_size
     pooler = instantiate(pooling, hidden_size=size)
@@ -180,7 +183,8 @@ class SentembModule(L.LightningModule):
         )
 
     def configure_optimizers(self) -> dict[str, Any]:
-        optimizer = instantiate(self.hparams.optimizer)(params=self.parameters())
+        trainable = [p for p in self.parameters() if p.requires_grad]  # model.trainable_layers freezes the rest
+        optimizer = instantiate(self.hparams.optimizer)(params=trainable)
         if not self.hparams.scheduler:
             return {"optimizer": optimizer}
         scheduler = instantiate(self.hparams.scheduler)(

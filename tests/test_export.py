@@ -25,6 +25,8 @@ SENTENCES = [
 VARIANTS = {
     "cls": [],
     "cls-mlp": ["pooling.mlp=always"],  # the MLP kept: a Dense + Tanh module
+    "cls-mlp-linear": ["pooling.mlp=always", "pooling.mlp_activation=none"],  # Dense alone (the paradigm code's BERT)
+    "cls-mlp-tanh-first": ["pooling.mlp=always", "pooling.mlp_activation=before"],  # no Dense form: sentemb's module
     "mean": ["pooling=mean"],
     "prompt": ["pooling=prompt"],
     "hicl": ["pooling=hicl", "pooling.slice_len=5"],  # several segments for the long sentences
@@ -78,7 +80,7 @@ def test_exported_checkpoints_of_every_pooling_embed_as_sentemb(tiny_overrides, 
         encoder, _ = load_encoder(cfg, torch.device("cpu"))
         expected.append(encoder.encode(SENTENCES))
         card = (folders[-1] / "README.md").read_text()
-        pooling = {"sarcse": "cls-sarcse", "cls-mlp": "cls"}.get(name, name)
+        pooling = "cls" if name.startswith("cls-mlp") else {"sarcse": "cls-sarcse"}.get(name, name)
         assert f"# sentemb-tiny-bert-{pooling}-infonce-{name}\n" in card
         assert f"python -m sentemb.train {' '.join(overrides)}".strip() in card
     for name, st, ours in zip(VARIANTS, encode_in_fresh_process(folders), expected, strict=True):
@@ -87,7 +89,11 @@ def test_exported_checkpoints_of_every_pooling_embed_as_sentemb(tiny_overrides, 
     assert [m["type"].rsplit(".", 1)[-1] for m in modules] == ["Transformer", "Pooling"], "cls: the MLP is left out"
     with_mlp = json.loads((folders[1] / "modules.json").read_text())
     assert [m["type"].rsplit(".", 1)[-1] for m in with_mlp] == ["Transformer", "Pooling", "Dense"], "mlp=always"
-    assert "SentembEncoder" in (folders[3] / "modules.json").read_text(), "prompt: sentemb's own module"
+    linear = json.loads((folders[2] / "modules.json").read_text())
+    assert [m["type"].rsplit(".", 1)[-1] for m in linear] == ["Transformer", "Pooling", "Dense"], "mlp_activation=none"
+    assert "Identity" in (folders[2] / "2_Dense" / "config.json").read_text()
+    assert "SentembEncoder" in (folders[3] / "modules.json").read_text(), "Tanh before the Linear: sentemb's module"
+    assert "SentembEncoder" in (folders[5] / "modules.json").read_text(), "prompt: sentemb's own module"
 
 
 def test_minilm_exports_embed_as_sentemb(tmp_path):

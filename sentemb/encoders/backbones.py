@@ -87,6 +87,29 @@ def pretrained_backbone(name_or_path: str, **config_overrides: float) -> PreTrai
     return AutoModel.from_pretrained(name_or_path, add_pooling_layer=False, **options, **config_overrides)
 
 
+def freeze_all_but_top_layers(backbone: PreTrainedModel, trainable_layers: int) -> None:
+    """Freeze the embeddings and every transformer layer below the top `trainable_layers`.
+
+    The paradigm paper's code does this before training (isotropy/models.py custom_param_init with
+    num_layers = k: only parameters named `layer.{11-i}`, i < k, and `pooler` train; for 12-layer
+    models that is the top k layers, the embeddings always frozen). Frozen parameters get no gradient.
+    """
+    layers = getattr(getattr(backbone, "encoder", None), "layer", None)
+    if layers is None:
+        raise SentembConfigError(
+            f"model.trainable_layers={trainable_layers}: {type(backbone).__name__} has no encoder.layer list "
+            "(BERT/RoBERTa layout). Fix: model.trainable_layers=null"
+        )
+    for parameter in backbone.parameters():
+        parameter.requires_grad_(False)
+    for layer in list(layers)[max(len(layers) - trainable_layers, 0) :]:
+        for parameter in layer.parameters():
+            parameter.requires_grad_(True)
+    if getattr(backbone, "pooler", None) is not None:  # the code keeps 'pooler' trainable (sentemb never uses it)
+        for parameter in backbone.pooler.parameters():
+            parameter.requires_grad_(True)
+
+
 def pretrained_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
     check_model_source(name_or_path)
     return AutoTokenizer.from_pretrained(name_or_path, **_offline_if_unreachable(name_or_path))

@@ -2,6 +2,9 @@
 
 `train_head=True` is the training path: CLS pooling then adds SimCSE's MLP (Linear+Tanh),
 which evaluation never uses (SimCSE §3: "we take [CLS] without MLP at test time").
+`mlp_activation` and `mlp_init_std` give the paradigm paper's code's MLP instead
+(isotropy/models.py MLPLayer and custom_param_init: one Linear, Tanh before it for RoBERTa and
+none for BERT, weight and bias drawn from N(0, 6e-3)).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from sentemb.encoders.prompt import PROMPTBERT_TEMPLATE, TokenTemplate, check_template, model_max_length, rebatch
+from sentemb.errors import SentembConfigError
 
 
 @dataclass
@@ -52,15 +56,44 @@ class Pooling(nn.Module):
         return TrainingViews(rows["embedding"][:n], rows["embedding"][n:])
 
 
-class CLSPooling(Pooling):
-    """[CLS] state; during training passed through SimCSE's MLP (Linear + Tanh)."""
+MLP_ACTIVATIONS = ("after", "before", "none")
 
-    def __init__(self, hidden_size: int, mlp: str = "train") -> None:
+
+def projection_mlp(hidden_size: int, use: str, activation: str, init_std: float | None) -> nn.Sequential | None:
+    """The train-only MLP: Linear then Tanh (SimCSE, `after`), Tanh then Linear (`before`) or Linear alone."""
+    if use not in ("train", "always", "none"):
+        raise SentembConfigError(f"pooling.mlp={use!r}: use 'train' (SimCSE unsup), 'always' or 'none'")
+    if activation not in MLP_ACTIVATIONS:
+        raise SentembConfigError(
+            f"pooling.mlp_activation={activation!r}: use 'after' (SimCSE: Linear then Tanh), 'before' "
+            "(Tanh then Linear) or 'none' (Linear alone)"
+        )
+    if init_std is not None and not (isinstance(init_std, int | float) and init_std > 0):
+        raise SentembConfigError(f"pooling.mlp_init_std={init_std} must be a number > 0, or null for nn.Linear's own")
+    if use == "none":
+        return None
+    linear = nn.Linear(hidden_size, hidden_size)
+    if init_std is not None:  # the paradigm code's custom_param_init: N(0, std) for weight and bias
+        nn.init.normal_(linear.weight, 0.0, init_std)
+        nn.init.normal_(linear.bias, 0.0, init_std)
+    layers = {"after": [linear, nn.Tanh()], "before": [nn.Tanh(), linear], "none": [linear]}[activation]
+    return nn.Sequential(*layers)
+
+
+def mlp_linear(mlp: nn.Sequential) -> nn.Linear:
+    """The MLP's Linear layer, wherever its activation sits."""
+    return next(layer for layer in mlp if isinstance(layer, nn.Linear))
+
+
+class CLSPooling(Pooling):
+    """[CLS] state; during training passed through SimCSE's MLP (Linear + Tanh, or `mlp_activation`'s form)."""
+
+    def __init__(
+        self, hidden_size: int, mlp: str = "train", mlp_activation: str = "after", mlp_init_std: float | None = None
+    ) -> None:
         super().__init__()
-        if mlp not in ("train", "always", "none"):
-            raise ValueError(f"pooling.mlp={mlp!r}: use 'train' (SimCSE unsup), 'always' or 'none'")
-        self.mlp_use = mlp
-        self.mlp = None if mlp == "none" else nn.Sequential(nn.Linear(hidden_size, hidden_size), nn.Tanh())
+        self.mlp_use, self.mlp_activation = mlp, mlp_activation
+        self.mlp = projection_mlp(hidden_size, mlp, mlp_activation, mlp_init_std)
 
     def forward(
         self, hidden: torch.Tensor, attention_mask: torch.Tensor, train_head: bool = False, input_ids=None
@@ -94,15 +127,19 @@ class PromptPooling(Pooling):
     """
 
     def __init__(
-        self, hidden_size: int, template: str = PROMPTBERT_TEMPLATE, mlp: str = "train", max_length: int | None = None
+        self,
+        hidden_size: int,
+        template: str = PROMPTBERT_TEMPLATE,
+        mlp: str = "train",
+        max_length: int | None = None,
+        mlp_activation: str = "after",
+        mlp_init_std: float | None = None,
     ) -> None:
         super().__init__()
-        if mlp not in ("train", "always", "none"):
-            raise ValueError(f"pooling.mlp={mlp!r}: use 'train', 'always' or 'none'")
         self.template = check_template(template)
         self.max_length = max_length
-        self.mlp_use = mlp
-        self.mlp = None if mlp == "none" else nn.Sequential(nn.Linear(hidden_size, hidden_size), nn.Tanh())
+        self.mlp_use, self.mlp_activation = mlp, mlp_activation
+        self.mlp = projection_mlp(hidden_size, mlp, mlp_activation, mlp_init_std)
         self._tokens: tuple[int, TokenTemplate] | None = None
 
     def token_template(self, tokenizer: PreTrainedTokenizerBase) -> TokenTemplate:
