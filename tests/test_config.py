@@ -129,6 +129,70 @@ def test_paper_presets_hold_the_papers_settings(experiment, tmp_path):
         assert getattr(loss, field) == value, field
 
 
+# experiment: (script of BDBC-KG-NLP/UnderstandingCSE, model, batch, lr, seed, eval steps, loss, its parameters) as
+# the scripts write them: lambda → nu (nu1 for VICReg), temp → tau, ratio → r
+REFERENCE_PRESETS = {
+    "paradigm_reference_barlow_bert": ("bert/barlowtwins", "bert-base", 128, 1e-5, 42, 125, "BarlowTwins",
+                                       {"nu": 30.0}),
+    "paradigm_reference_mbarlow_bert": ("bert/m_barlowtwins", "bert-base", 128, 1e-5, 42, 125, "ModifiedBarlowTwins",
+                                        {"nu": 1.0, "m": 0.30, "tau": 0.05, "r": 1.50}),
+    "paradigm_reference_align_mhe_bert": ("bert/mhe", "bert-base", 128, 1e-5, 42, 125, "AlignMHE", {"nu": 10.0}),
+    "paradigm_reference_mmhe_bert": ("bert/m_mhe", "bert-base", 128, 1e-5, 42, 125, "ModifiedMHE",
+                                     {"nu": 1.0, "m": 0.30, "tau": 0.05, "r": 1.75}),
+    "paradigm_reference_align_mhs_bert": ("bert/mhs", "bert-base", 128, 5e-6, 42, 125, "AlignMHS", {"nu": 1.0}),
+    "paradigm_reference_mmhs_bert": ("bert/m_mhs", "bert-base", 128, 1e-5, 42, 125, "ModifiedMHS",
+                                     {"nu": 1.0, "m": 0.30, "r": 1.75}),
+    "paradigm_reference_vicreg_bert": ("bert/vicreg", "bert-base", 128, 1e-5, 42, 125, "VICReg", {"nu1": 30.0}),
+    "paradigm_reference_mvicreg_bert": ("bert/m_vicreg", "bert-base", 128, 1e-5, 42, 125, "ModifiedVICReg",
+                                        {"nu": 1.0, "m": 0.30, "tau": 0.05, "r": 1.50}),
+    "paradigm_reference_barlow_roberta": ("roberta/barlowtwins", "roberta-base", 512, 1e-6, 42, 50, "BarlowTwins",
+                                          {"nu": 30.0}),
+    "paradigm_reference_mbarlow_roberta": ("roberta/m_barlowtwins", "roberta-base", 512, 1e-5, 42, 50,
+                                           "ModifiedBarlowTwins", {"nu": 1.0, "m": 0.37, "tau": 0.05, "r": 1.25}),
+    "paradigm_reference_align_mhe_roberta": ("roberta/mhe", "roberta-base", 512, 1e-6, 42, 50, "AlignMHE",
+                                             {"nu": 10.0}),
+    "paradigm_reference_mmhe_roberta": ("roberta/m_mhe", "roberta-base", 512, 1e-5, 42, 50, "ModifiedMHE",
+                                        {"nu": 1.0, "m": 0.30, "tau": 0.05, "r": 1.25}),
+    "paradigm_reference_align_mhs_roberta": ("roberta/mhs", "roberta-base", 512, 1e-6, 4, 50, "AlignMHS", {"nu": 1.0}),
+    "paradigm_reference_mmhs_roberta": ("roberta/m_mhs", "roberta-base", 512, 1e-5, 42, 50, "ModifiedMHS",
+                                        {"nu": 1.0, "m": 0.27, "r": 1.00}),
+    "paradigm_reference_vicreg_roberta": ("roberta/vicreg", "roberta-base", 512, 1e-6, 42, 50, "VICReg", {"nu1": 30.0}),
+    "paradigm_reference_mvicreg_roberta": ("roberta/m_vicreg", "roberta-base", 512, 1e-5, 42, 50, "ModifiedVICReg",
+                                           {"nu": 1.0, "m": 0.37, "tau": 0.05, "r": 1.25}),
+    "paradigm_reference_paradigm_bert": ("empirical/{gd,r,w}", "bert-base", 128, 1e-5, 42, 125, "Paradigm",
+                                         {"gd": "margin", "w": "softmax", "m": 0.30, "tau": 0.05, "r": 1.0}),
+}  # fmt: skip
+
+
+def test_every_application_script_has_a_reference_preset():
+    presets = {p.stem for p in (CONF_DIR / "experiment").glob("paradigm_reference_*.yaml")}
+    assert presets == set(REFERENCE_PRESETS)
+    scripts = {script for script, *_ in REFERENCE_PRESETS.values()}
+    for backbone in ("bert", "roberta"):  # the 8 scripts of scripts/application/<backbone>/
+        for name in ("barlowtwins", "m_barlowtwins", "mhe", "m_mhe", "mhs", "m_mhs", "vicreg", "m_vicreg"):
+            assert f"{backbone}/{name}" in scripts
+
+
+@pytest.mark.parametrize("experiment", sorted(REFERENCE_PRESETS))
+def test_reference_presets_hold_the_scripts_settings_and_recipe(experiment, tmp_path):
+    script, model, batch, lr, seed, every, loss_class, fields = REFERENCE_PRESETS[experiment]
+    cfg = compose_train([f"experiment={experiment}"], tmp_path)
+    assert cfg.model.name_or_path.startswith(model)
+    assert (cfg.data.batch_size, cfg.data.max_length, cfg.optimizer.lr) == (batch, 32, lr)
+    assert (cfg.seed, cfg.eval.every_n_steps, cfg.trainer.max_epochs, cfg.trainer.precision) == (
+        seed, every, 1, "32-true"
+    )  # fmt: skip
+    # custom_param_init: 12 top layers train (the embeddings frozen), the MLP drawn from N(0, 6e-3), train-only;
+    # MLPLayer: one Linear, Tanh before it for RoBERTa (IRoberta activate=True), none for BERT
+    assert cfg.model.trainable_layers == 12
+    assert (cfg.pooling.mlp, cfg.pooling.mlp_init_std) == ("train", 6e-3)
+    assert cfg.pooling.mlp_activation == ("before" if model.startswith("roberta") else "none")
+    loss = instantiate(cfg.loss)
+    assert type(loss).__name__ == loss_class and loss.convention == "reference"
+    for field, value in fields.items():
+        assert getattr(loss, field) == value, field
+
+
 @pytest.mark.parametrize("experiment", sorted(p.stem for p in (CONF_DIR / "experiment").glob("paradigm_table5_*.yaml")))
 def test_every_table5_stage_instantiates(experiment, tmp_path):
     import torch
