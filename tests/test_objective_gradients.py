@@ -323,3 +323,31 @@ def test_same_view_margin_option_reads_d_off_the_same_view():
     ungated = anchor_gradient(build("mvicreg", gd="none"), h1, h2)
     gated = anchor_gradient(build("mvicreg", m=0.6, margin_on="same"), h1, h2)
     torch.testing.assert_close(gated, d_same[:, None] * ungated, **FLOAT64_FORM)
+
+
+# --------------------------------------------------------------------------- power weights (the public code's W)
+@pytest.mark.parametrize("power", [0.0, 2.0, 4.0])
+def test_paradigm_power_weights_give_the_paradigm_form(power):
+    h1, h2 = views(16)
+    s = h1 @ h2.T
+    d = margin_d(s, 0.30)
+    assert 0 < d.sum() < N
+    rows = []
+    for i in range(N):
+        raw = {j: max(float(s[i, j]), 1e-4) ** power for j in range(N) if j != i}  # power 0: uniform
+        rows.append(d[i] * sum(raw[j] / sum(raw.values()) * (h2[j] - 1.5 * h2[i]) for j in raw))
+    loss = build("paradigm", w="power", power=power, r=1.5)
+    assert_gradient_form(anchor_gradient(loss, h1, h2), torch.stack(rows), h1, 1 / N)
+
+
+@pytest.mark.parametrize("name", ["mbarlow", "mvicreg"])
+def test_mbarlow_mvicreg_power_weights_give_their_weighted_form(name):
+    h1, h2 = views(17)
+    power, r = 4.0, 1.5
+    d = margin_d(h1 @ h2.T, 0.30)
+    base = h2 @ h2.T if name == "mbarlow" else h1 @ h1.T
+    raw = {(k, q): max(float(base[k, q]), 1e-4) ** power for k in range(N) for q in range(N) if k != q}
+    total = sum(raw.values())  # the global normalisation over k ≠ l
+    rows = [d[i] * sum(raw[i, j] / total * (h1[j] - r * h2[i]) for j in range(N) if j != i) for i in range(N)]
+    loss = build(name, w="power", power=power, r=r)
+    assert_gradient_form(anchor_gradient(loss, h1, h2), torch.stack(rows), h1, 1.0)

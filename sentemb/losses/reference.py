@@ -12,12 +12,14 @@ What the code does that the paper's text does not (each function says where):
 - both directions are summed, each view gated by its own same-view margin indicator
   d_i = 𝕀{a_ii − max_{j≠i} a_ij < m}, applied to that view's embedding wherever it appears;
 - the `sg` loss keeps the positive h_i·h'_i live in both views and averages over active rows;
-- MHE without the 1/2 inside the exponent, MHS cross-view and detached with sqrt(‖·‖² + 1e-4);
+- MHE on e^{h_k·h_l} = e^{1 − ‖h_k−h_l‖²/2} (half the text's exponent in align+MHE), without
+  the 2/(N(N−1)) normaliser; MHS cross-view and detached with sqrt(‖·‖² + 1e-4);
 - VICReg and Barlow Twins as the gradient surrogates of Table 2, not the objectives.
 
 Finite values: the code's `sg` loss takes the mean of an empty selection when no row passes
 the margin (NaN); here that direction is 0 with zero gradient. Everything else is computed as
-the code does; the only other change is numerical (exponential weights in the log domain).
+the code does, up to rounding: exponential weights are normalised in the log domain (no
+overflow for small τ) and MHS's squared distances are expanded (N² memory instead of N²·D).
 """
 
 from __future__ import annotations
