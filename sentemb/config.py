@@ -83,6 +83,7 @@ def prepare_run(cfg: DictConfig) -> CorpusReport:
     instantiate_checked(cfg.loss)  # each objective validates its own hyper-parameters (e.g. τ > 0)
     if cfg.pooling.get("template") is not None:
         check_template(cfg.pooling.template)
+    instantiate_checked(cfg.pooling, hidden_size=8)  # the pooling's own checks (its MLP options), at a toy size
     check_combination(cfg)
     if str(cfg.model.backbone.get("_target_", "")).endswith("pretrained_backbone"):
         check_model_source(str(cfg.model.name_or_path))  # an unreachable hub fails here, in seconds

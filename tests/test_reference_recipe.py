@@ -6,6 +6,7 @@ import lightning as L
 import pytest
 import torch
 
+from sentemb.config import prepare_run
 from sentemb.encoders.pooling import CLSPooling, PromptPooling
 from sentemb.errors import SentembConfigError
 from sentemb.module import SentembModule
@@ -60,6 +61,14 @@ def test_trainable_layers_freeze_the_embeddings_and_the_lower_layers(tiny_overri
         assert not torch.equal(trained[key], initial[key]), key
 
 
-def test_trainable_layers_is_checked_before_anything_loads(tiny_overrides, tmp_path):
-    with pytest.raises(SentembConfigError, match="model.trainable_layers=0 must be a whole number"):
-        run([*tiny_overrides, "model.trainable_layers=0"], tmp_path)
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("model.trainable_layers=0", "model.trainable_layers=0 must be a whole number"),
+        ("pooling.mlp_activation=sigmoid", "pooling.mlp_activation='sigmoid'"),
+        ("pooling.mlp_init_std=-1", "pooling.mlp_init_std=-1 must be a number > 0"),
+    ],
+)
+def test_recipe_options_are_checked_before_anything_loads(override, message, tiny_overrides, tmp_path):
+    with pytest.raises(SentembConfigError, match=message):
+        prepare_run(compose_train([*tiny_overrides, override], tmp_path))

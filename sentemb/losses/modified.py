@@ -46,7 +46,7 @@ import math
 import torch
 
 from sentemb.errors import SentembConfigError
-from sentemb.losses import reference
+from sentemb.losses import reference as public_code
 from sentemb.losses.base import (
     LossOutput,
     Objective,
@@ -128,8 +128,8 @@ class ModifiedMHE(ModifiedObjective):
 
     def reference(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
         gd = self.gd == "margin"
-        loss, parts = reference.mhe_loss(h1, h2, gd, True, self.code_ratio, self.m, self.tau, self.nu)
-        return reference.with_telemetry(loss, parts, h1, h2)
+        loss, parts = public_code.mhe_loss(h1, h2, gd, True, self.code_ratio, self.m, self.tau, self.nu)
+        return public_code.with_telemetry(loss, parts, h1, h2)
 
     def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
         n = h1.shape[0]
@@ -163,8 +163,8 @@ class ModifiedMHS(ModifiedObjective):
         super().__init__(m, r, gd, margin_on, symmetric, nu, convention)
 
     def reference(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
-        loss, parts = reference.mhs_loss(h1, h2, self.gd == "margin", self.code_ratio, self.m, self.nu)
-        return reference.with_telemetry(loss, parts, h1, h2)
+        loss, parts = public_code.mhs_loss(h1, h2, self.gd == "margin", self.code_ratio, self.m, self.nu)
+        return public_code.with_telemetry(loss, parts, h1, h2)
 
     def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
         n = h1.shape[0]
@@ -213,10 +213,10 @@ class ModifiedDecorrelation(ModifiedObjective):
     def reference(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
         kind = "barlow" if self.weights_from == "h2" else "vicreg"
         gd = self.gd == "margin"
-        loss, parts = reference.decorrelation_loss(
+        loss, parts = public_code.decorrelation_loss(
             h1, h2, kind, gd, self.w, self.code_ratio, self.m, self.tau, self.power, self.nu
         )
-        return reference.with_telemetry(loss, parts, h1, h2)
+        return public_code.with_telemetry(loss, parts, h1, h2)
 
     @torch.no_grad()
     def weights(self, base: torch.Tensor) -> torch.Tensor:
@@ -224,7 +224,7 @@ class ModifiedDecorrelation(ModifiedObjective):
         if self.w == "exp":
             logits = base / self.tau
             return global_negative_softmax(logits) if self.w_norm == "global" else negative_softmax(logits)
-        weights = reference.power_weights(base, self.power).masked_fill(diagonal_mask(base.shape[0], base.device), 0)
+        weights = public_code.power_weights(base, self.power).masked_fill(diagonal_mask(base.shape[0], base.device), 0)
         return weights / (weights.sum() if self.w_norm == "global" else weights.sum(dim=1, keepdim=True))
 
     def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:

@@ -42,7 +42,7 @@ import math
 import torch
 
 from sentemb.errors import SentembConfigError
-from sentemb.losses import reference
+from sentemb.losses import reference as public_code
 from sentemb.losses.base import LossOutput, Objective, require_choice, require_finite, require_positive
 from sentemb.losses.geometry import (
     diagonal_mask,
@@ -108,8 +108,8 @@ class AlignMHE(AlignUniform):
 
     def reference(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
         gd = self.gd == "margin"
-        loss, parts = reference.mhe_loss(h1, h2, gd, weighted=False, ratio=None, m=self.m, tau=1.0, nu=self.nu)
-        return reference.with_telemetry(loss, parts, h1, h2)
+        loss, parts = public_code.mhe_loss(h1, h2, gd, weighted=False, ratio=None, m=self.m, tau=1.0, nu=self.nu)
+        return public_code.with_telemetry(loss, parts, h1, h2)
 
 
 class AlignMHS(AlignUniform):
@@ -126,8 +126,8 @@ class AlignMHS(AlignUniform):
         return LossOutput(loss, stats)
 
     def reference(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
-        loss, parts = reference.mhs_loss(h1, h2, self.gd == "margin", ratio=None, m=self.m, nu=self.nu)
-        return reference.with_telemetry(loss, parts, h1, h2)
+        loss, parts = public_code.mhs_loss(h1, h2, self.gd == "margin", ratio=None, m=self.m, nu=self.nu)
+        return public_code.with_telemetry(loss, parts, h1, h2)
 
 
 class BarlowTwins(GatedObjective):
@@ -162,10 +162,10 @@ class BarlowTwins(GatedObjective):
         return LossOutput(loss, paradigm_stats(s.detach(), h1.detach(), h2.detach(), gd=d))
 
     def reference(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
-        loss, parts = reference.decorrelation_loss(
+        loss, parts = public_code.decorrelation_loss(
             h1, h2, "barlow", self.gd == "margin", "linear", None, self.m, tau=1.0, power=4.0, nu=self.nu
         )
-        return reference.with_telemetry(loss, parts, h1, h2)
+        return public_code.with_telemetry(loss, parts, h1, h2)
 
 
 class VICReg(GatedObjective):
@@ -200,10 +200,10 @@ class VICReg(GatedObjective):
         return LossOutput(loss, paradigm_stats(s.detach(), h1.detach(), h2.detach(), gd=d))
 
     def reference(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
-        loss, parts = reference.decorrelation_loss(
+        loss, parts = public_code.decorrelation_loss(
             h1, h2, "vicreg", self.gd == "margin", "linear", None, self.m, tau=1.0, power=4.0, nu=self.nu1
         )
-        return reference.with_telemetry(loss, parts, h1, h2)
+        return public_code.with_telemetry(loss, parts, h1, h2)
 
 
 def batch_standardize(x: torch.Tensor) -> torch.Tensor:
