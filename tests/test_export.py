@@ -139,3 +139,18 @@ def test_make_mteb_fails_fast_with_the_fix(tmp_path):
     assert result.stderr.strip().splitlines()[-2].startswith("sentemb: "), result.stderr[-1000:]
     assert "Fix:" in result.stderr
     assert time.perf_counter() - started < 30, "no downloads, no retries"
+
+
+def test_mteb_check_names_the_hub_when_mteb_is_installed_but_unreachable(tmp_path, monkeypatch):
+    import types
+
+    from sentemb import mteb_sts
+
+    (tmp_path / "modules.json").write_text("[]")
+    monkeypatch.setitem(sys.modules, "mteb", types.ModuleType("mteb"))  # installed, as where a user ran pip install
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    monkeypatch.setattr(mteb_sts, "hub_reachable", lambda: False)
+    assert "cannot be reached from here" in mteb_sts.check(tmp_path)
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")  # a filled cache: nothing left to refuse
+    assert mteb_sts.check(tmp_path) is None
+    assert "no modules.json" in mteb_sts.check(tmp_path / "missing")
