@@ -84,9 +84,7 @@ def run_one(name: str, run_dir: Path, extra: list[str], choice: list[str] | None
         "test": 100 * final["stsb/test_spearman"] if final["stsb/test_spearman"] <= 1 else final["stsb/test_spearman"],
         "best_step": int(final["stsb/best_step"]),
         "initial_dev": final.get("stsb/dev_spearman_initial"),
-        "telemetry": {
-            key: float(last_step[f"paradigm/{key}"]) for key in TELEMETRY if last_step.get(f"paradigm/{key}")
-        },
+        "telemetry": telemetry_at_end(run_dir),  # as for a kept result: the last batch alone may be small
         "step": int(last_step["step"]),
         "seconds": round(seconds, 1),
     }
