@@ -28,11 +28,11 @@ from rows import row, write_rows  # noqa: E402
 from sentence_transformers import SentenceTransformer  # noqa: E402
 from sentence_transformers.evaluation import EmbeddingSimilarityEvaluator  # noqa: E402
 
+from sentemb.common.paths import resolve_data_root  # noqa: E402
 from sentemb.encoders.backbones import packaged_model_path  # noqa: E402
+from sentemb.encoders.build import build_encoder  # noqa: E402
 from sentemb.eval.cache import EmbeddingCache  # noqa: E402
 from sentemb.eval.sts import STS_TASKS, load_sts_task, score_sts_task, table_score  # noqa: E402
-from sentemb.module import build_encoder  # noqa: E402
-from sentemb.paths import resolve_data_root  # noqa: E402
 
 # both sides embed with the same model, but in other batches (sentemb: every distinct STS sentence in one
 # length-sorted cache; sentence-transformers: per task, its own order): embeddings differ in the last float bits,

@@ -42,7 +42,7 @@ def rss_mib() -> float:
 
 def split(batch: dict[str, torch.Tensor], rows: int) -> list[dict[str, torch.Tensor]]:
     """Batches of `rows` sentences, each trimmed to its own longest (what a batch-64 DataLoader would pad to)."""
-    from sentemb.grad_cache import row_chunks
+    from sentemb.training.grad_cache import row_chunks
 
     return row_chunks(batch, rows)
 
@@ -51,14 +51,14 @@ def child(args: argparse.Namespace) -> dict:
     import lightning as L
     from hydra.utils import instantiate
 
-    from sentemb.config import prepare_run
-    from sentemb.module import SentembModule
-    from sentemb.train import resolved_container
-    from tests.conftest import compose_train
+    from sentemb.common.hydra_plumbing import compose_config
+    from sentemb.common.paths import CONF_DIR
+    from sentemb.training.checks import prepare_run
+    from sentemb.training.module import SentembModule
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = compose_train([f"data.batch_size={args.batch}"], output_dir=Path(tmp))
+        cfg = compose_config(CONF_DIR, "train", [f"data.batch_size={args.batch}"], output_dir=Path(tmp))
         prepare_run(cfg)
         datamodule = instantiate(cfg.data, tokenizer=instantiate(cfg.model.tokenizer))
         datamodule.setup("fit")
@@ -70,8 +70,8 @@ def child(args: argparse.Namespace) -> dict:
     warmup = args.warmup * (1 if cached else args.batch // args.chunk)
 
     L.seed_everything(cfg.seed)
-    keys = ("model", "pooling", "loss", "optimizer")
-    module = SentembModule(**{k: resolved_container(cfg[k]) for k in keys}, grad_cache=args.chunk if cached else None)
+    cfg.grad_cache = args.chunk if cached else None
+    module = SentembModule.from_config(cfg)
     module.to(device).train()
     optimizer = torch.optim.AdamW(module.parameters(), lr=cfg.optimizer.lr, weight_decay=0.0)
     before = rss_mib()

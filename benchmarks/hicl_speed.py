@@ -26,12 +26,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rows import row, write_rows  # noqa: E402
 
+from sentemb.common.paths import resolve_data_root  # noqa: E402
 from sentemb.encoders.backbones import packaged_model_path, pretrained_backbone, pretrained_tokenizer  # noqa: E402
 from sentemb.encoders.encoder import SentenceEncoder  # noqa: E402
 from sentemb.encoders.hicl import HiCLPooling  # noqa: E402
 from sentemb.encoders.pooling import CLSPooling  # noqa: E402
 from sentemb.losses import build  # noqa: E402
-from sentemb.paths import resolve_data_root  # noqa: E402
 
 
 def uniform_batch(tokenizer, lines: list[str], length: int, batch: int) -> dict[str, torch.Tensor]:

@@ -37,10 +37,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rows import row, write_rows  # noqa: E402
 
-from sentemb.config import prepare_run  # noqa: E402
-from sentemb.module import SentembModule  # noqa: E402
-from sentemb.train import build_trainer, finish_wandb, resolved_container  # noqa: E402
-from tests.conftest import compose_train  # noqa: E402
+from sentemb.common.hydra_plumbing import compose_config  # noqa: E402
+from sentemb.common.paths import CONF_DIR  # noqa: E402
+from sentemb.runs.wandb_runs import finish_wandb  # noqa: E402
+from sentemb.training.checks import prepare_run  # noqa: E402
+from sentemb.training.module import SentembModule  # noqa: E402
+from sentemb.training.trainer import build_trainer  # noqa: E402
 
 
 def bare_loop(cfg, batches: list[dict], total_steps: int) -> tuple[list[float], list[float]]:
@@ -88,9 +90,7 @@ class StepClock(L.Callback):
 def framework_run(cfg, batches: list[dict], total_steps: int) -> tuple[list[float], list[float]]:
     """The default job's module, Trainer, callbacks and logger (minus dev evaluation) on the same batches."""
     L.seed_everything(cfg.seed, workers=True)
-    module = SentembModule(
-        **{k: resolved_container(cfg[k]) for k in ("model", "pooling", "loss", "optimizer", "scheduler")}
-    )
+    module = SentembModule.from_config(cfg)
     clock = StepClock()
     trainer = build_trainer(cfg, extra_callbacks=[clock], max_steps=len(batches))
     loader = torch.utils.data.DataLoader(batches, batch_size=None, shuffle=False)
@@ -124,7 +124,7 @@ def main() -> int:
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = compose_train([], output_dir=Path(tmp))
+        cfg = compose_config(CONF_DIR, "train", [], output_dir=Path(tmp))
         prepare_run(cfg)
         datamodule = instantiate(cfg.data, tokenizer=instantiate(cfg.model.tokenizer))
         L.seed_everything(cfg.seed)

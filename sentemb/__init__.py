@@ -1,3 +1,18 @@
-"""sentemb: unsupervised contrastive sentence embeddings, configured by Hydra, trained by Lightning."""
+"""sentemb: unsupervised contrastive sentence embeddings, configured by Hydra, trained by Lightning.
+
+What you can run (each module at this level is one command):
+
+    python -m sentemb.train          train an encoder; conf/train.yaml, any group=option or key=value
+    python -m sentemb.evaluate       SentEval's STS and transfer tasks for a checkpoint or any HF model
+    python -m sentemb.export         a sentence-transformers folder (with a model card) from a checkpoint
+    python -m sentemb.sweep_report   a sweep's table, figures and winner from its multirun folder
+    python -m sentemb.analysis       the paradigm paper's simulated component maps (Figures 2-4)
+    python -m sentemb.download       the full wiki1m corpus and SentEval data into ./data (make data)
+    python -m sentemb.mteb_sts       MTEB's English STS tasks on an exported folder (make mteb)
+
+`sentemb.st_modules` is the sentence-transformers module that exported folders name. The library
+lives in subpackages along the pipeline: common/ (errors, paths, Hydra plumbing), data/,
+encoders/, losses/ (`from sentemb.losses import build`), training/, eval/, runs/.
+"""
 
 __version__ = "0.1.0"

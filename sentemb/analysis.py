@@ -173,7 +173,8 @@ def simulate(out_dir: Path, grid: int = 100, batches: int = 1000, seed: int = 0)
     plt.close(fig)
 
     # cells that do not occur in training: μ_pos ≥ μ_neg, or GD (margin m=0.3) already dissipated
-    unreachable = (mu_pos[:, None] >= mu_neg[None, :]).numpy() | (next(iter_margin(dissipation)) < 0.01)
+    margin = next(values for name, values in dissipation.items() if name.startswith("margin"))  # paradigm, mMHE, …
+    unreachable = (mu_pos[:, None] >= mu_neg[None, :]).numpy() | (margin < 0.01)
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.8), constrained_layout=True)
     for ax, (name, values) in zip(axes, ratios.items(), strict=True):
         shown = np.clip(values, 0, 3)
@@ -195,11 +196,6 @@ def simulate(out_dir: Path, grid: int = 100, batches: int = 1000, seed: int = 0)
     paths["arrays"] = out_dir / "simulation.npz"
     np.savez_compressed(paths["arrays"], **arrays)
     return paths
-
-
-def iter_margin(dissipation: dict[str, np.ndarray]):
-    """The margin GD shared by the paradigm and the modified losses."""
-    return (values for name, values in dissipation.items() if name.startswith("margin"))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -25,13 +25,14 @@ import torch
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from sentemb.config import register_resolvers
+from sentemb.common.errors import SentembConfigError
+from sentemb.common.hydra_plumbing import target_name
+from sentemb.common.paths import CONF_DIR
 from sentemb.encoders.encoder import SentenceEncoder
 from sentemb.encoders.pooling import CLSPooling, MeanPooling, mlp_linear
-from sentemb.errors import SentembConfigError
-from sentemb.paths import PROJECT_ROOT
-
-register_resolvers()
+from sentemb.eval.report import markdown_report
+from sentemb.eval.suite import evaluate, load_encoder
+from sentemb.st_modules import SentembEncoder
 
 
 def sentence_transformer(encoder: SentenceEncoder, pooling: dict[str, Any], head: dict[str, Any] | None):
@@ -40,8 +41,6 @@ def sentence_transformer(encoder: SentenceEncoder, pooling: dict[str, Any], head
     from sentence_transformers.base.modules.dense import Dense
     from sentence_transformers.base.modules.transformer import Transformer
     from sentence_transformers.sentence_transformer.modules.pooling import Pooling
-
-    from sentemb.st_modules import SentembEncoder
 
     pooler = encoder.pooling
     tanh_first = isinstance(pooler, CLSPooling) and pooler.mlp_use == "always" and pooler.mlp_activation == "before"
@@ -65,8 +64,9 @@ def model_name(source: dict[str, Any]) -> str:
     """sentemb-<backbone>-<pooling>[-<head>]-<loss>-<training run folder>: unique per training run."""
     path = Path(source["model"].get("name_or_path") or "model")
     backbone = path.parent.name if path.name == "model" else path.name  # a packaged model's folder is model/
-    if source["model"]["backbone"]["_target_"].rsplit(".", 1)[-1].startswith("tiny"):
-        backbone = source["model"]["backbone"]["_target_"].rsplit(".", 1)[-1].replace("_", "-")
+    loader = target_name(source["model"]["backbone"])
+    if loader.startswith("tiny"):
+        backbone = loader.replace("_", "-")
     parts = ["sentemb", backbone, short(source["pooling"])]
     if source.get("head"):
         parts.append(short(source["head"]))
@@ -78,7 +78,7 @@ def model_name(source: dict[str, Any]) -> str:
 
 
 def short(node: dict[str, Any]) -> str:
-    name = node.get("_target_", "?").rsplit(".", 1)[-1]
+    name = target_name(node) or "?"
     for suffix in ("Pooling", "Head"):
         name = name.removesuffix(suffix)
     return name.lower()
@@ -97,8 +97,6 @@ def beside_results(checkpoint: str | None) -> Path | None:
 def model_card(
     name: str, source: dict[str, Any], results: dict[str, Any] | None, commands: list[str], custom: bool
 ) -> str:
-    from sentemb.eval.report import markdown_report
-
     config = {k: source[k] for k in ("model", "pooling", "head", "loss", "optimizer", "scheduler") if source.get(k)}
     lines = [
         "---",
@@ -163,25 +161,21 @@ def training_command(checkpoint: str | None) -> list[str]:
 
 
 def export(cfg: DictConfig) -> Path:
-    from sentemb.evaluate import load_encoder
-
     if not cfg.get("out"):
         raise SentembConfigError("out is not set. Fix: python -m sentemb.export checkpoint=<ckpt> out=<folder>")
     out = Path(cfg.out).expanduser()
     if out.exists() and any(out.iterdir()):
         raise SentembConfigError(f"out={out} is not empty: nothing is overwritten. Fix: pass a new folder")
-    encoder, source = load_encoder(cfg, torch.device("cpu"))
-    if source.get("checkpoint"):  # the loss, optimizer and scheduler of the run, for the card
-        hparams = torch.load(source["checkpoint"], map_location="cpu", weights_only=False)["hyper_parameters"]
-        source.update({k: hparams.get(k) for k in ("loss", "optimizer", "scheduler")})
+    encoder, source, hparams = load_encoder(cfg, torch.device("cpu"))
+    source.update(
+        {k: hparams[k] for k in ("loss", "optimizer", "scheduler") if k in hparams}
+    )  # the run's, for the card
     name = model_name(source)
     commands = [*training_command(source.get("checkpoint")), "python -m sentemb.export " + " ".join(sys.argv[1:])]
     results_path = beside_results(source.get("checkpoint"))
     results = json.loads(results_path.read_text()) if results_path else None
     if cfg.evaluate:
-        from sentemb.evaluate import evaluate
-
-        defaults = OmegaConf.load(PROJECT_ROOT / "conf" / "eval.yaml")  # the evaluation's own settings
+        defaults = OmegaConf.load(CONF_DIR / "eval.yaml")  # the evaluation's own settings
         eval_cfg = OmegaConf.merge({k: v for k, v in defaults.items() if k not in ("defaults", "hydra")}, cfg)
         results = evaluate(eval_cfg, out / "eval")
         target = f"checkpoint={source['checkpoint']}" if source.get("checkpoint") else "model=... pooling=..."
@@ -194,7 +188,7 @@ def export(cfg: DictConfig) -> Path:
     return out
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="export")
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="export")
 def main(cfg: DictConfig) -> None:
     try:
         export(cfg)

@@ -4,7 +4,8 @@ Prompt ([MASK] state of a template), HiCL (segment aggregation) and SARCSE (Text
 the token ids or pool them in their own way, so the exported folder keeps sentemb's own
 `SentenceEncoder`: `SentenceTransformer(dir)` imports this class (from the installed `sentemb`
 package), rebuilds the pooling/head from the saved config and loads the saved weights. The
-forward is sentemb's `encode()` computation, so the embeddings agree with it.
+forward is sentemb's `encode()` computation, so the embeddings agree with it. Loading a folder
+builds the encoder through `sentemb.encoders.build`, which imports no training code (no Lightning).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 from sentence_transformers.base.modules.input_module import InputModule
+
+from sentemb.encoders.build import build_encoder
 
 CONFIG = "sentemb_config.json"
 POOLING_WEIGHTS = "sentemb_pooling.safetensors"
@@ -60,8 +63,6 @@ class SentembEncoder(InputModule):
 
     @classmethod
     def load(cls, model_name_or_path: str, subfolder: str = "", **kwargs: Any) -> SentembEncoder:
-        from sentemb.module import build_encoder
-
         folder = str(Path(model_name_or_path) / subfolder)
         config = json.loads((Path(folder) / CONFIG).read_text())
         model = {

@@ -5,15 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 
-import sentemb.config  # noqa: F401  (registers the resolvers conf/ uses)
-from sentemb.paths import PROJECT_ROOT, resolve_data_root
-
-CONF_DIR = PROJECT_ROOT / "conf"
+from sentemb.common.hydra_plumbing import compose_config
+from sentemb.common.paths import CONF_DIR, resolve_data_root
 
 
 @pytest.fixture(scope="session")
@@ -23,14 +18,7 @@ def data_root() -> Path:
 
 def compose_train(overrides: list[str], output_dir: Path | None = None) -> DictConfig:
     """conf/train.yaml with `overrides`, as `python -m sentemb.train` would compose it."""
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=overrides, return_hydra_config=True)
-    if output_dir is not None:
-        with open_dict(cfg):
-            cfg.hydra.runtime.output_dir = str(output_dir)
-    HydraConfig.instance().set_config(cfg)
-    return cfg
+    return compose_config(CONF_DIR, "train", overrides, output_dir)
 
 
 @pytest.fixture

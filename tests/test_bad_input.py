@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+import sentemb.common.paths
 import sentemb.encoders.backbones
-import sentemb.paths
-from sentemb.errors import SentembConfigError
+from sentemb.common.errors import SentembConfigError
 from sentemb.train import train
 from tests.conftest import compose_train
 
@@ -40,7 +40,7 @@ def test_missing_configured_data_root(tmp_path):
 
 def test_no_data_root_anywhere(tmp_path, monkeypatch):
     monkeypatch.delenv("SENTEMB_DATA", raising=False)
-    monkeypatch.setattr(sentemb.paths, "data_root_candidates", lambda: [tmp_path / "data"])
+    monkeypatch.setattr(sentemb.common.paths, "data_root_candidates", lambda: [tmp_path / "data"])
     message = fails([], tmp_path)
     assert "No data root found" in message and "SENTEMB_DATA" in message and "make data" in message
 

@@ -203,9 +203,9 @@ def test_every_table5_stage_instantiates(experiment, tmp_path):
 
 def test_checkpoints_naming_the_encoder_modules_before_they_moved_still_build():
     # hyper-parameters saved before sentemb/encoders/ existed name sentemb.pooling.X, sentemb.backbones.Y, ...
+    from sentemb.encoders.build import build_encoder
     from sentemb.encoders.hicl import HiCLPooling
     from sentemb.encoders.sarcse import SARCSEHead
-    from sentemb.module import build_encoder
 
     model = {
         "name_or_path": "unused",

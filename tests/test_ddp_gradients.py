@@ -12,8 +12,8 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.utils.data import DistributedSampler
 
-from sentemb.module import SentembModule
-from sentemb.train import resolved_container
+from sentemb.common.hydra_plumbing import resolved_container
+from sentemb.training.module import SentembModule
 from tests.conftest import compose_train
 
 LOSSES = ["infonce", "focal", "mmhe", "mbarlow", "vicreg"]
@@ -38,9 +38,10 @@ class StepLoss(nn.Module):
         return backward, total
 
 
-def build(configs: dict) -> SentembModule:
+def build(configs) -> SentembModule:
+    """The module of a composed config, or of its resolved parts (what the worker processes are sent)."""
     torch.manual_seed(0)  # the same weights in every process
-    return SentembModule(**configs)
+    return SentembModule.from_config(configs)
 
 
 def gradients(module: SentembModule) -> dict[str, torch.Tensor]:
@@ -102,12 +103,12 @@ def test_ddp_step_equals_one_process_on_the_global_batch(configs):
 
 
 def test_model_dropout_sets_every_dropout_and_zero_makes_the_views_equal(tmp_path):
-    from sentemb.config import prepare_run
-    from sentemb.errors import SentembConfigError
+    from sentemb.common.errors import SentembConfigError
+    from sentemb.training.checks import prepare_run
 
     def module(dropout: str) -> SentembModule:
         cfg = compose_train(["model=tiny", f"model.dropout={dropout}"], tmp_path)
-        return build({key: resolved_container(cfg[key]) for key in ("model", "pooling", "loss", "optimizer")})
+        return build(cfg)
 
     heavy = module("0.3")
     assert heavy.encoder.backbone.config.hidden_dropout_prob == 0.3
@@ -144,7 +145,7 @@ def test_ddp_training_drops_the_ragged_last_batch(small_corpus, tmp_path):
 
 
 def test_several_visible_gpus_with_a_single_device_trainer_warn(tmp_path, monkeypatch):
-    from sentemb.train import build_trainer
+    from sentemb.training.trainer import build_trainer
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     cfg = compose_train(["model=tiny", "trainer=cpu", "logger=none", "callbacks=none"], tmp_path)

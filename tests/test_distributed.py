@@ -10,7 +10,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from sentemb.losses import InfoNCE
-from sentemb.module import gather_with_grad
+from sentemb.training.distributed import gather_with_grad
 
 
 def _free_port() -> int:

@@ -24,18 +24,18 @@ def make_encoder(tokenizer, pooling_cls=CLSPooling) -> SentenceEncoder:
 def test_cls_mlp_is_used_in_training_only():
     torch.manual_seed(0)
     pooling = CLSPooling(hidden_size=4)
-    hidden, mask = torch.randn(2, 3, 4), torch.ones(2, 3)
-    assert torch.equal(pooling(hidden, mask), hidden[:, 0])
+    hidden, batch = torch.randn(2, 3, 4), {"attention_mask": torch.ones(2, 3)}
+    assert torch.equal(pooling(hidden, batch), hidden[:, 0])
     # exact: the pooling runs these very ops (Linear, then tanh) on the same CLS rows
-    assert torch.equal(pooling(hidden, mask, train_head=True), torch.tanh(pooling.mlp[0](hidden[:, 0])))
-    assert torch.equal(CLSPooling(4, mlp="none")(hidden, mask, train_head=True), hidden[:, 0])
+    assert torch.equal(pooling(hidden, batch, train_head=True), torch.tanh(pooling.mlp[0](hidden[:, 0])))
+    assert torch.equal(CLSPooling(4, mlp="none")(hidden, batch, train_head=True), hidden[:, 0])
 
 
 def test_mean_pooling_ignores_padding():
     hidden = torch.randn(1, 5, 4, generator=torch.Generator().manual_seed(0))
-    mask = torch.tensor([[1, 1, 1, 0, 0]])
+    batch = {"attention_mask": torch.tensor([[1, 1, 1, 0, 0]])}
     # masked sum / count vs mean(): other float32 ops on O(1) values, apart by a few ulps (~1e-7)
-    torch.testing.assert_close(MeanPooling(4)(hidden, mask), hidden[:, :3].mean(1), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(MeanPooling(4)(hidden, batch), hidden[:, :3].mean(1), rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("pooling_cls", [CLSPooling, MeanPooling])

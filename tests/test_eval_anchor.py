@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from sentemb.common.hydra_plumbing import resolved_container
+from sentemb.encoders.build import build_encoder
 from sentemb.eval.sts import STSBenchmark
-from sentemb.module import build_encoder
-from sentemb.train import resolved_container
 from tests.conftest import compose_train
 
 

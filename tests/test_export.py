@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from sentemb.errors import SentembConfigError
-from sentemb.evaluate import load_encoder
+from sentemb.common.errors import SentembConfigError
+from sentemb.eval.suite import load_encoder
 from sentemb.export import export
 from tests.conftest import CONF_DIR
 from tests.test_train import run
@@ -42,6 +42,8 @@ for folder in sys.argv[2:]:
     custom = "sentemb.st_modules" in open(folder + "/modules.json").read()
     model = SentenceTransformer(folder, device="cpu", trust_remote_code=custom)
     np.save(folder + ".npy", model.encode(sentences, convert_to_numpy=True))
+# an exported folder, prompt / HiCL / SARCSE ones included, needs sentemb's encoders only, never training code
+assert "lightning" not in sys.modules, "loading an exported folder imported Lightning"
 """
 
 
@@ -77,7 +79,7 @@ def test_exported_checkpoints_of_every_pooling_embed_as_sentemb(tiny_overrides, 
         (tmp_path / name / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
         cfg = compose_export([f"checkpoint={metrics['best_checkpoint']}", f"out={tmp_path / name / 'st'}"])
         folders.append(export(cfg))
-        encoder, _ = load_encoder(cfg, torch.device("cpu"))
+        encoder, _, _ = load_encoder(cfg, torch.device("cpu"))
         expected.append(encoder.encode(SENTENCES))
         card = (folders[-1] / "README.md").read_text()
         pooling = "cls" if name.startswith("cls-mlp") else {"sarcse": "cls-sarcse"}.get(name, name)

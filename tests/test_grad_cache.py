@@ -8,11 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from sentemb.config import prepare_run
-from sentemb.errors import SentembConfigError
-from sentemb.grad_cache import row_chunks
-from sentemb.module import SentembModule
-from sentemb.train import resolved_container
+from sentemb.common.errors import SentembConfigError
+from sentemb.training.checks import prepare_run
+from sentemb.training.grad_cache import row_chunks
+from sentemb.training.module import SentembModule
 from tests.conftest import compose_train
 
 BATCH, CHUNK = 32, 8
@@ -33,10 +32,9 @@ def sentences(data_root: Path) -> list[str]:
 
 
 def build(overrides: list[str], tmp_path: Path, grad_cache: int | None) -> SentembModule:
-    cfg = compose_train(["model=tiny", *overrides], tmp_path)
-    configs = {key: resolved_container(cfg[key]) for key in ("model", "pooling", "loss", "optimizer")}
+    cfg = compose_train(["model=tiny", *overrides, f"grad_cache={grad_cache or 'null'}"], tmp_path)
     torch.manual_seed(0)  # the same weights for the plain and the cached module
-    module = SentembModule(**configs, head=resolved_container(cfg.get("head")), grad_cache=grad_cache)
+    module = SentembModule.from_config(cfg)
     module.on_fit_start()  # SARCSE's token frequencies
     return module
 
@@ -98,7 +96,7 @@ def test_replay_redraws_no_mask_and_gradients_equal_the_chunked_forward_with_gra
     prepared = module.encoder.training_batch(batch)
     outputs = [module.encoder.training_rows(chunk) for chunk in row_chunks(prepared, 2 * CHUNK)]
     rows = {name: torch.cat([out[name] for out in outputs]) for name in outputs[0]}
-    views = module.encoder.pooling.training_views(rows, n)
+    views = module.encoder.pooling.training_views(rows, prepared, n)
     reference = views.global_weight * module.loss(views.z1, views.z2).loss
     reference = reference + sum(weight * value for weight, value in views.auxiliary.values())
     reference.backward()

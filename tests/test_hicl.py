@@ -10,11 +10,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from sentemb.common.errors import SentembConfigError
 from sentemb.encoders.backbones import packaged_model_path, pretrained_tokenizer, tiny_bert
 from sentemb.encoders.encoder import SentenceEncoder
 from sentemb.encoders.hicl import HiCLPooling, segment_weights, slice_content
 from sentemb.encoders.pooling import CLSPooling
-from sentemb.errors import SentembConfigError
 from tests.conftest import compose_train
 
 SENTENCES = ["A man is playing a guitar.", "The cat sat on the mat while two dogs ran around the old red house."]
@@ -54,17 +54,15 @@ def test_prepare_rewraps_each_slice_and_records_owners(tokenizer):
     ]
     assert got == expected
     counts = [len(slice_content(c, 4)) for c in contents]
-    assert pooling._segments.owner.tolist() == [i for i, c in enumerate(counts) for _ in range(c)]
-    assert pooling._segments.count.tolist() == counts
+    assert segments["segment_owner"].tolist() == [i for i, c in enumerate(counts) for _ in range(c)]
+    assert torch.bincount(segments["segment_owner"]).tolist() == counts
 
 
 def test_local_loss_never_uses_segments_of_the_same_sequence():
     pooling = HiCLPooling(8, slice_len=2, mlp="none", local_tau=0.1)
     # 3 sequences with 2, 1, 2 segments; doubled batch (view 1 then view 2)
     owner = torch.tensor([0, 0, 1, 2, 2])
-    from sentemb.encoders.hicl import Segments
-
-    pooling._segments = Segments(torch.cat([owner, owner + 3]), torch.ones(10), torch.tensor([2, 1, 2, 2, 1, 2]))
+    owners, count = torch.cat([owner, owner + 3]), torch.tensor([2, 1, 2, 2, 1, 2])
     gen = torch.Generator().manual_seed(0)
     segments = torch.randn(10, 8, generator=gen, dtype=torch.float64)
     h1, h2 = F.normalize(segments[:5], dim=1), F.normalize(segments[5:], dim=1)
@@ -74,7 +72,7 @@ def test_local_loss_never_uses_segments_of_the_same_sequence():
         logits = [float(h1[i] @ h2[j]) / 0.1 for j in candidates]
         total += -(logits[candidates.index(i)] - math.log(sum(math.exp(x) for x in logits)))
     # local_loss works in float32 (as in training), this loop in float64: cosines ~6e-8 apart, ×1/τ = 10: rel 1e-6
-    assert pooling.local_loss(segments, 5).item() == pytest.approx(total / 5, rel=1e-6)
+    assert pooling.local_loss(segments, owners, count).item() == pytest.approx(total / 5, rel=1e-6)
     pooling.local_negatives = "averaging"  # negatives weighted 1/v_k
     total = 0.0
     counts = {0: 2, 1: 1, 2: 2}
@@ -85,7 +83,7 @@ def test_local_loss_never_uses_segments_of_the_same_sequence():
             if j == i or owner[j] != owner[i]
         ]
         total += -(float(h1[i] @ h2[i]) / 0.1 - math.log(sum(terms)))
-    assert pooling.local_loss(segments, 5).item() == pytest.approx(total / 5, rel=1e-6)  # float32 vs 64, as above
+    assert pooling.local_loss(segments, owners, count).item() == pytest.approx(total / 5, rel=1e-6)  # float32 vs 64
 
 
 def test_one_segment_per_sentence_equals_the_plain_encoder(tokenizer):
@@ -133,8 +131,8 @@ def test_hicl_raises_the_training_truncation(tmp_path):
 
 def test_hicl_training_logs_local_and_global_and_the_checkpoint_reproduces_dev(tiny_overrides, tmp_path):
     from sentemb.eval.sts import STSBenchmark
-    from sentemb.module import SentembModule
     from sentemb.train import train
+    from sentemb.training.module import SentembModule
 
     overrides = [*tiny_overrides, "pooling=hicl", "pooling.slice_len=8", "pooling.entailment_beta=0.1"]
     cfg = compose_train(overrides, output_dir=tmp_path)

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from sentemb.errors import SentembConfigError
+from sentemb.common.errors import SentembConfigError
 from sentemb.losses import InfoNCE, available, build
 
 

@@ -6,7 +6,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from sentemb.paths import PROJECT_ROOT
+from sentemb.common.paths import PROJECT_ROOT
 
 pytestmark = pytest.mark.slow
 NOTEBOOKS = PROJECT_ROOT / "notebooks"

@@ -8,11 +8,11 @@ import transformers
 from tokenizers import ByteLevelBPETokenizer
 from tokenizers.processors import RobertaProcessing
 
+from sentemb.common.errors import SentembConfigError
 from sentemb.encoders.backbones import pretrained_tokenizer, tiny_bert
 from sentemb.encoders.encoder import SentenceEncoder
 from sentemb.encoders.pooling import PromptPooling
 from sentemb.encoders.prompt import PROMPTBERT_TEMPLATE, TokenTemplate
-from sentemb.errors import SentembConfigError
 from tests.conftest import compose_train
 
 SENTENCES = ["A man is playing a guitar.", "The cat sat on the mat.", "Two dogs run in the snow near a red house."]
@@ -88,7 +88,7 @@ def test_encode_truncates_the_sentence_not_the_template(bert_tokenizer):
 
 @pytest.mark.parametrize("template", ["no placeholders", "[X] [X] [MASK]", "[X] means"])
 def test_a_bad_template_is_a_config_error_before_any_model_loads(template, tmp_path, monkeypatch):
-    from sentemb.config import prepare_run
+    from sentemb.training.checks import prepare_run
 
     cfg = compose_train(["model=tiny", "pooling=prompt", f"pooling.template='{template}'"], tmp_path)
     with pytest.raises(SentembConfigError, match="pooling.template"):
@@ -99,8 +99,8 @@ def test_prompt_training_run_and_its_checkpoint_reproduce_the_dev_score(tiny_ove
     from pathlib import Path
 
     from sentemb.eval.sts import STSBenchmark
-    from sentemb.module import SentembModule
     from sentemb.train import train
+    from sentemb.training.module import SentembModule
 
     cfg = compose_train([*tiny_overrides, "pooling=prompt"], output_dir=tmp_path)
     metrics = train(cfg)

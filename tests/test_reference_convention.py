@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sentemb.errors import SentembConfigError
+from sentemb.common.errors import SentembConfigError
 from sentemb.losses import build
 
 N, D = 16, 32

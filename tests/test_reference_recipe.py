@@ -6,23 +6,22 @@ import lightning as L
 import pytest
 import torch
 
-from sentemb.config import prepare_run
+from sentemb.common.errors import SentembConfigError
 from sentemb.encoders.pooling import CLSPooling, PromptPooling
-from sentemb.errors import SentembConfigError
-from sentemb.module import SentembModule
-from sentemb.train import resolved_container
+from sentemb.training.checks import prepare_run
+from sentemb.training.module import SentembModule
 from tests.conftest import compose_train
 from tests.test_train import run
 
 
 def test_mlp_forms_and_their_training_only_use():
     torch.manual_seed(0)
-    hidden, mask = torch.randn(2, 3, 4), torch.ones(2, 3)
+    hidden, batch = torch.randn(2, 3, 4), {"attention_mask": torch.ones(2, 3)}
     before, linear_only = CLSPooling(4, mlp_activation="before"), CLSPooling(4, mlp_activation="none")
     # exact: the pooling runs these very ops on the same CLS rows
-    assert torch.equal(before(hidden, mask, train_head=True), before.mlp[1](torch.tanh(hidden[:, 0])))
-    assert torch.equal(linear_only(hidden, mask, train_head=True), linear_only.mlp[0](hidden[:, 0]))
-    assert torch.equal(before(hidden, mask), hidden[:, 0]) and torch.equal(linear_only(hidden, mask), hidden[:, 0])
+    assert torch.equal(before(hidden, batch, train_head=True), before.mlp[1](torch.tanh(hidden[:, 0])))
+    assert torch.equal(linear_only(hidden, batch, train_head=True), linear_only.mlp[0](hidden[:, 0]))
+    assert torch.equal(before(hidden, batch), hidden[:, 0]) and torch.equal(linear_only(hidden, batch), hidden[:, 0])
     assert [type(m).__name__ for m in PromptPooling(4, mlp_activation="before").mlp] == ["Tanh", "Linear"]
 
 
@@ -48,9 +47,7 @@ def test_trainable_layers_freeze_the_embeddings_and_the_lower_layers(tiny_overri
     ]  # fmt: skip
     cfg = compose_train(overrides, tmp_path / "initial")
     L.seed_everything(cfg.seed, workers=True)  # what train() does right before it builds the module
-    initial = SentembModule(
-        **{key: resolved_container(cfg[key]) for key in ("model", "pooling", "loss", "optimizer", "scheduler")}
-    ).state_dict()
+    initial = SentembModule.from_config(cfg).state_dict()
     trained = torch.load(run(overrides, tmp_path)["best_checkpoint"], weights_only=False)["state_dict"]
     frozen = [k for k in initial if ".embeddings." in k or ".encoder.layer.0." in k]
     trainable = [k for k in initial if ".encoder.layer.1." in k or k.startswith("encoder.pooling.mlp.")]

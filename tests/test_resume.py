@@ -61,8 +61,8 @@ def test_resumed_run_equals_the_uninterrupted_run(overrides, tmp_path, monkeypat
 
 
 def test_a_missing_resume_checkpoint_is_refused_before_loading(tmp_path):
-    from sentemb.config import prepare_run
-    from sentemb.errors import SentembConfigError
+    from sentemb.common.errors import SentembConfigError
+    from sentemb.training.checks import prepare_run
     from tests.conftest import compose_train
 
     with pytest.raises(SentembConfigError, match=r"ckpt_path=.*nowhere\.ckpt: no such checkpoint file"):

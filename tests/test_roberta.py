@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from sentemb.module import SentembModule
-from sentemb.train import finish_wandb, train
+from sentemb.runs.wandb_runs import finish_wandb
+from sentemb.train import train
+from sentemb.training.module import SentembModule
 from tests.conftest import compose_train
 
 
@@ -51,8 +52,8 @@ def test_an_unreachable_hub_fails_in_seconds_naming_the_model_and_the_fixes(tmp_
     from transformers import AutoModel
 
     import sentemb.encoders.backbones
-    from sentemb.config import prepare_run
-    from sentemb.errors import SentembConfigError
+    from sentemb.common.errors import SentembConfigError
+    from sentemb.training.checks import prepare_run
 
     monkeypatch.setattr(sentemb.encoders.backbones, "hub_reachable", lambda: False)
     monkeypatch.setattr(AutoModel, "from_pretrained", lambda *a, **k: pytest.fail("model loaded before the check"))

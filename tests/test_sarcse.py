@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from sentemb.common.errors import SentembConfigError
 from sentemb.encoders.backbones import packaged_model_path, pretrained_tokenizer, tiny_bert
 from sentemb.encoders.sarcse import SARCSEHead, corpus_token_frequency
-from sentemb.errors import SentembConfigError
 from tests.conftest import compose_train
 
 
@@ -20,9 +20,7 @@ def tokenizer():
 
 
 def head_for(tokenizer, **kwargs) -> SARCSEHead:
-    head = SARCSEHead(32, **kwargs)
-    head.bind_tokenizer(tokenizer)
-    return head
+    return SARCSEHead(32, special_ids=tokenizer.all_special_ids, **kwargs)
 
 
 @pytest.mark.parametrize("words", [1, 2, 4, 5, 9, 40])
@@ -31,12 +29,12 @@ def test_shapes_for_sentences_shorter_and_longer_than_the_kernels(words, tokeniz
     head = head_for(tokenizer, weighting="mse")
     batch = tokenizer(["word " * words, "a b"], padding=True, return_tensors="pt")
     hidden = torch.randn(*batch["input_ids"].shape, 32)
-    z = head(hidden, batch["attention_mask"], input_ids=batch["input_ids"])
+    z = head(hidden, batch)
     assert z.shape == (2, 3 * 499) == (2, head.output_size)
     z2, loss = head.embed_and_reconstruction_loss(hidden, batch["attention_mask"], batch["input_ids"])
     assert torch.equal(z, z2), "exact: the same encoder ops on the same states (training only keeps the indices)"
     assert loss.shape == (2,) and torch.isfinite(loss).all()
-    states, mask, _ = head.content_tokens(hidden, batch["attention_mask"], batch["input_ids"], head.special_ids("cpu"))
+    states, mask, _ = head.content_tokens(hidden, batch["attention_mask"], batch["input_ids"], head.special_token_ids)
     assert mask.sum(1).tolist() == [words, 2] and states.shape[1] >= 5
     # special tokens are gone: the first content state is the first word's, not [CLS]'s (a copy: exact)
     assert torch.equal(states[0, 0], hidden[0, 1])
@@ -51,8 +49,8 @@ def test_padding_and_specials_do_not_change_a_sentence_embedding(tokenizer):
     )
     hidden = torch.randn(2, padded["input_ids"].shape[1], 32)
     width = alone["input_ids"].shape[1]
-    single = head(hidden[:1, :width], alone["attention_mask"], input_ids=alone["input_ids"])
-    both = head(hidden, padded["attention_mask"], input_ids=padded["input_ids"])
+    single = head(hidden[:1, :width], alone)
+    both = head(hidden, padded)
     # other padded width and batch: the convolutions' GEMM shapes change, float32 outputs of O(1) by ~1e-7
     torch.testing.assert_close(single[0], both[0], rtol=1e-5, atol=1e-5)
 
@@ -87,7 +85,7 @@ def test_the_reconstruction_loss_reaches_the_encoder(tokenizer):
 
 @pytest.mark.parametrize("pooling", [["pooling=mean"], ["pooling=prompt"], ["pooling=hicl", "pooling.prompt=true"]])
 def test_combinations_that_ignore_a_part_are_refused_before_loading(pooling, tmp_path):
-    from sentemb.config import prepare_run
+    from sentemb.training.checks import prepare_run
 
     cfg = compose_train(["model=tiny", *pooling, "head=sarcse"], tmp_path)
     with pytest.raises(SentembConfigError, match="head=sarcse with"):
@@ -97,8 +95,8 @@ def test_combinations_that_ignore_a_part_are_refused_before_loading(pooling, tmp
 @pytest.mark.parametrize("extra", [[], ["pooling=hicl", "pooling.slice_len=8", "loss=focal"]])
 def test_sarcse_training_logs_each_term_and_the_checkpoint_reproduces_dev(extra, tiny_overrides, tmp_path):
     from sentemb.eval.sts import STSBenchmark
-    from sentemb.module import SentembModule
     from sentemb.train import train
+    from sentemb.training.module import SentembModule
 
     overrides = [*tiny_overrides, "head=sarcse", "head.co_t=16", f"head.cache_dir={tmp_path / 'cache'}", *extra]
     cfg = compose_train(overrides, output_dir=tmp_path)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sentemb.train import finish_wandb, train
+from sentemb.runs.wandb_runs import finish_wandb
+from sentemb.train import train
 from tests.conftest import compose_train
 
 pytestmark = pytest.mark.slow

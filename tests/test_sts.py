@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sentemb.errors import SentembConfigError
+from sentemb.common.errors import SentembConfigError
 from sentemb.eval.sts import STSBenchmark, correlations, pairwise_cosine, read_stsb_split
 
 

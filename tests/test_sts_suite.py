@@ -12,10 +12,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from sentemb.errors import SentembConfigError
+from sentemb.common.errors import SentembConfigError
 from sentemb.eval.geometry import alignment, uniformity
 from sentemb.eval.sts import SentencePairs, load_sts_task, read_sts_subset, score_sts_task
-from sentemb.evaluate import evaluate, resolve_tasks
+from sentemb.eval.suite import evaluate, resolve_tasks
 from tests.conftest import CONF_DIR
 
 
@@ -131,7 +131,7 @@ def test_evaluate_reads_data_before_loading_the_model(tmp_path, monkeypatch):
 
 
 def test_figure_and_wandb_attachment(tmp_path, monkeypatch):
-    from sentemb.offline_runs import summary
+    from sentemb.runs.offline_wandb import summary
 
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from sentemb.errors import SentembConfigError
-from sentemb.offline_runs import run_info, summary
-from sentemb.run_record import read_records, write_record
-from sentemb.sweep_report import configurations, job_rows, pooled_seed_std, write_report
+from sentemb.common.errors import SentembConfigError
+from sentemb.runs.offline_wandb import run_info, summary
+from sentemb.runs.record import read_records, write_record
+from sentemb.runs.sweeps import configurations, job_rows, pooled_seed_std, write_report
 from sentemb.sweep_report import main as report_main
 from tests.conftest import compose_train
 
@@ -163,7 +163,7 @@ def test_report_pools_seeds_into_mean_and_std(tmp_path):
 
 
 def test_from_sweep_applies_the_winner_but_the_jobs_own_overrides_win(tmp_path):
-    from sentemb.config import apply_sweep_winner
+    from sentemb.runs.sweeps import apply_sweep_winner
 
     fake_sweep(tmp_path / "stage1", [
         ({"optimizer.lr": "1e-5", "data.batch_size": "128"}, 1, 80.0, "ok"),

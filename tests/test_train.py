@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from sentemb.callbacks import DEV_METRIC
 from sentemb.eval.sts import STSBenchmark
-from sentemb.module import SentembModule
-from sentemb.offline_runs import config_and_history
-from sentemb.train import finish_wandb, resolved_container, train
+from sentemb.runs.offline_wandb import config_and_history
+from sentemb.runs.wandb_runs import finish_wandb
+from sentemb.train import train
+from sentemb.training.callbacks import DEV_METRIC
+from sentemb.training.module import SentembModule
 from tests.conftest import compose_train
 
 
@@ -101,15 +102,17 @@ def test_final_report_repeats_the_logged_dev_score_exactly(tiny_overrides, tmp_p
 
 def test_final_report_warns_when_the_checkpoint_no_longer_scores_the_logged_dev(tiny_overrides, tmp_path, monkeypatch):
     # e.g. a resumed run whose best was logged on another device: report both numbers, never hide the gap
-    load = SentembModule.load_from_checkpoint
+    import sentemb.training.trainer
+
+    load = sentemb.training.trainer.load_checkpoint_encoder
 
     def load_on_other_hardware(*args, **kwargs):
-        module = load(*args, **kwargs)
+        encoder, hparams = load(*args, **kwargs)
         with torch.no_grad():
-            module.encoder.backbone.embeddings.word_embeddings.weight.mul_(1.01)
-        return module
+            encoder.backbone.embeddings.word_embeddings.weight.mul_(1.01)
+        return encoder, hparams
 
-    monkeypatch.setattr(SentembModule, "load_from_checkpoint", load_on_other_hardware)
+    monkeypatch.setattr(sentemb.training.trainer, "load_checkpoint_encoder", load_on_other_hardware)
     with pytest.warns(UserWarning, match="scores STS-B dev .* now but .* was logged at step"):
         metrics = run(tiny_overrides, tmp_path)
     assert metrics["stsb/best_dev_spearman"] != metrics["stsb/dev_spearman_best"]
@@ -189,7 +192,7 @@ def test_multirun_sweep_gives_one_directory_and_wandb_run_per_job(small_corpus, 
 def test_pretrained_backbone_trains_with_dropout_on(tmp_path):
     # from_pretrained hands back a model in eval mode; the module must train it with dropout on
     cfg = compose_train(["model=minilm"], output_dir=tmp_path)
-    module = SentembModule(**{key: resolved_container(cfg[key]) for key in ("model", "pooling", "loss", "optimizer")})
+    module = SentembModule.from_config(cfg)
     assert all(m.training for m in module.modules())
 
 
@@ -205,7 +208,7 @@ def test_bf16_mixed_precision_run_is_finite(tiny_overrides, tmp_path):
 def test_a_non_finite_gradient_stops_training_naming_step_and_parameter(
     precision, tiny_overrides, tmp_path, monkeypatch
 ):
-    from sentemb.run_record import TrainingDiverged
+    from sentemb.common.errors import TrainingDiverged
 
     fit_start = SentembModule.on_fit_start
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 import functools
 import importlib
 import socket
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 from transformers import (
@@ -23,7 +25,7 @@ from transformers import (
     RobertaModel,
 )
 
-from sentemb.errors import SentembConfigError
+from sentemb.common.errors import SentembConfigError
 
 
 def packaged_model_path(package: str) -> str:
@@ -70,6 +72,27 @@ def check_model_source(name_or_path: str) -> None:
         "or load it once where the hub is reachable so the cache holds it (HF_HOME moves the cache), "
         "or model=minilm (shipped with sentemb's dependencies)."
     )
+
+
+def check_backbone_options(dropout: object, trainable_layers: object) -> None:
+    """model.dropout in [0, 1) or null; model.trainable_layers a whole number >= 1 or null."""
+    if dropout is not None and not (isinstance(dropout, int | float) and 0.0 <= dropout < 1.0):
+        raise SentembConfigError(f"model.dropout={dropout} must be a number in [0, 1), or null for the model's own")
+    layers = trainable_layers
+    if layers is not None and (isinstance(layers, bool) or not isinstance(layers, int) or layers < 1):
+        raise SentembConfigError(
+            f"model.trainable_layers={layers} must be a whole number of top layers to train (>= 1), or null for all. "
+            "Fix: e.g. model.trainable_layers=12 (the paradigm code's num_layers)"
+        )
+
+
+def check_model(model: Mapping[str, Any]) -> None:
+    """A `model=` config, before anything loads: every name_or_path its loaders read, then dropout and layers."""
+    for part in ("backbone", "tokenizer"):
+        source = (model.get(part) or {}).get("name_or_path")
+        if source is not None:
+            check_model_source(str(source))  # an unreachable hub fails here, in seconds
+    check_backbone_options(model.get("dropout"), model.get("trainable_layers"))
 
 
 def _offline_if_unreachable(name_or_path: str) -> dict[str, bool]:

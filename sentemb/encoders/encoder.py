@@ -47,13 +47,13 @@ class SentenceEncoder(nn.Module):
 
     def training_views(self, batch: dict[str, torch.Tensor]) -> TrainingViews:
         """Both dropout views in one forward over the doubled batch (unsup. SimCSE); train-only heads on."""
-        rows = self.training_rows(self.training_batch(batch))
-        return self.pooling.training_views(rows, batch["input_ids"].shape[0])
+        prepared = self.training_batch(batch)
+        return self.pooling.training_views(self.training_rows(prepared), prepared, batch["input_ids"].shape[0])
 
     def forward(self, batch: dict[str, torch.Tensor], train_head: bool = False) -> torch.Tensor:
         """Token ids → sentence embeddings (B, H); `train_head` adds the train-only pooling MLP."""
-        hidden, batch = self.hidden_states(batch)
-        return self.pooling(hidden, batch["attention_mask"], train_head=train_head, input_ids=batch["input_ids"])
+        hidden, prepared = self.hidden_states(batch)
+        return self.pooling(hidden, prepared, train_head=train_head)
 
     @torch.inference_mode()
     def encode(

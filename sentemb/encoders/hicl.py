@@ -12,28 +12,23 @@ nor negative; `local_negatives: averaging` weights each negative by 1/v_k, v_k t
 segments of its sequence, App. A.8); with `entailment_beta > 0` HiCLv2's sequence–segment
 entailment loss (App. A.6, Eq. 3). Total (§3.2, A.6): α·L_local + β·L_entail + (1−α−β)·L_global,
 L_global being the configured `loss=` on sequence embeddings.
+
+`prepare` returns the segment batch with each segment's `segment_owner` (the index of its
+sequence) and `segment_weight` (its weight in that sequence's average); aggregation and the
+local losses read them from that batch, so the pooling keeps no state between calls. The
+training length follows conf/pooling/hicl.yaml's `data.max_length` (512: long inputs are cheap
+once sliced).
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from transformers import PreTrainedTokenizerBase
 
-from sentemb.encoders.pooling import CLSPooling, Pooling, PromptPooling, TrainingViews
-from sentemb.encoders.prompt import PROMPTBERT_TEMPLATE, TokenTemplate, model_max_length, rebatch
-from sentemb.errors import SentembConfigError
-
-
-@dataclass(frozen=True)
-class Segments:
-    """Which sequence each segment belongs to, and its weight in that sequence's average."""
-
-    owner: torch.Tensor  # (S,) sequence index of each segment
-    weight: torch.Tensor  # (S,) sums to 1 over each sequence's segments
-    count: torch.Tensor  # (B,) segments per sequence
+from sentemb.common.errors import SentembConfigError
+from sentemb.encoders.pooling import CLSPooling, Pooling, PromptPooling, TrainingViews, refuse_head
+from sentemb.encoders.prompt import PROMPTBERT_TEMPLATE, TokenTemplate, check_template, model_max_length, rebatch
 
 
 def slice_content(content: list[int], slice_len: int) -> list[list[int]]:
@@ -67,7 +62,6 @@ class HiCLPooling(Pooling):
         prompt: bool = False,
         template: str = PROMPTBERT_TEMPLATE,
         mlp: str = "train",
-        train_max_length: int = 512,
     ) -> None:
         super().__init__()
         if not (isinstance(slice_len, int) and slice_len >= 1):
@@ -83,6 +77,7 @@ class HiCLPooling(Pooling):
             )
         if not local_tau > 0:
             raise SentembConfigError(f"pooling.local_tau={local_tau} must be > 0, e.g. 0.05")
+        check_template(template)
         self.slice_len, self.weighting = slice_len, weighting
         self.alpha, self.local_tau, self.local_negatives, self.entailment_beta = (
             alpha,
@@ -90,12 +85,12 @@ class HiCLPooling(Pooling):
             local_negatives,
             entailment_beta,
         )
-        self.train_max_length = train_max_length  # read by conf/data (data.max_length), kept for the record
         self.segment_pooling = PromptPooling(hidden_size, template, mlp) if prompt else CLSPooling(hidden_size, mlp)
-        self._segments: Segments | None = None
 
     def with_head(self, head: Pooling) -> Pooling:
         """A head (SARCSE) makes each segment's vector; the segments are still aggregated."""
+        if isinstance(self.segment_pooling, PromptPooling):
+            refuse_head("pooling.prompt=true")
         self.segment_pooling = head
         return self
 
@@ -104,11 +99,11 @@ class HiCLPooling(Pooling):
 
     # ------------------------------------------------------------------ slicing (token level)
     def prepare(self, batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase) -> dict[str, torch.Tensor]:
-        """Token batch of B sequences → token batch of S segments; remembers owners and weights."""
-        if isinstance(self.segment_pooling, PromptPooling):
-            template = self.segment_pooling.token_template(tokenizer)
-        else:
-            template = TokenTemplate.plain(tokenizer)
+        """Token batch of B sequences → token batch of S segments, with their owners and weights."""
+        prompt = isinstance(self.segment_pooling, PromptPooling)
+        template = (
+            TokenTemplate.build(tokenizer, self.segment_pooling.template) if prompt else TokenTemplate.plain(tokenizer)
+        )
         limit = model_max_length(tokenizer)
         rows, owner, lengths = [], [], []
         for index, (ids, keep) in enumerate(
@@ -120,59 +115,50 @@ class HiCLPooling(Pooling):
                 rows.append(template.wrap(piece, limit))
                 owner.append(index)
                 lengths.append(len(piece))
+        segments = rebatch(rows, batch, tokenizer.pad_token_id, template.mask_token_id if prompt else None)
         device = batch["input_ids"].device
-        weights = segment_weights(lengths, owner, self.weighting)
-        owner_tensor = torch.tensor(owner, device=device)
-        self._segments = Segments(
-            owner_tensor,
-            torch.tensor(weights, device=device),
-            torch.bincount(owner_tensor, minlength=batch["input_ids"].shape[0]),
-        )
-        return rebatch(rows, batch, tokenizer.pad_token_id)
+        segments["segment_owner"] = torch.tensor(owner, device=device)
+        segments["segment_weight"] = torch.tensor(segment_weights(lengths, owner, self.weighting), device=device)
+        return segments
 
-    def segment_embeddings(
-        self, hidden: torch.Tensor, batch: dict[str, torch.Tensor], train_head: bool
-    ) -> torch.Tensor:
-        return self.segment_pooling(
-            hidden, batch["attention_mask"], train_head=train_head, input_ids=batch["input_ids"]
-        )
-
-    def aggregate(self, segments: torch.Tensor) -> torch.Tensor:
+    def aggregate(self, segments: torch.Tensor, batch: dict[str, torch.Tensor], sequences: int) -> torch.Tensor:
         """Σ_j w_ij h_ij for every sequence i (HiCL §3.1)."""
-        info = self._segments
-        out = torch.zeros(len(info.count), segments.shape[1], dtype=segments.dtype, device=segments.device)
-        return out.index_add(0, info.owner, segments * info.weight[:, None].to(segments.dtype))
+        owner, weight = batch["segment_owner"], batch["segment_weight"]
+        out = torch.zeros(sequences, segments.shape[1], dtype=segments.dtype, device=segments.device)
+        return out.index_add(0, owner, segments * weight[:, None].to(segments.dtype))
 
-    def forward(
-        self, hidden: torch.Tensor, attention_mask: torch.Tensor, train_head: bool = False, input_ids=None
-    ) -> torch.Tensor:
-        batch = {"attention_mask": attention_mask, "input_ids": input_ids}
-        return self.aggregate(self.segment_embeddings(hidden, batch, train_head))
+    def forward(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor], train_head: bool = False) -> torch.Tensor:
+        sequences = int(batch["segment_owner"][-1]) + 1  # owners ascend and every sequence has a segment
+        return self.aggregate(self.segment_pooling(hidden, batch, train_head=train_head), batch, sequences)
 
     # ------------------------------------------------------------------ training objectives
     def training_rows(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The rows are segments: their embeddings (and, with head=sarcse, each segment's reconstruction loss)."""
         return self.segment_pooling.training_rows(hidden, batch)
 
-    def training_views(self, rows: dict[str, torch.Tensor], n: int) -> TrainingViews:
+    def training_views(self, rows: dict[str, torch.Tensor], batch: dict[str, torch.Tensor], n: int) -> TrainingViews:
         """Sequence embeddings of both views, plus the local (and entailment) loss over their segments."""
         segments = rows["embedding"]
-        sequences = self.aggregate(segments)
+        sequences = self.aggregate(segments, batch, 2 * n)
+        owner = batch["segment_owner"]
+        count = torch.bincount(owner, minlength=2 * n)
         half = segments.shape[0] // 2  # the doubled batch slices identically: first half is view 1
         global_weight = 1.0 - self.alpha - self.entailment_beta
-        auxiliary = {"local": (self.alpha, self.local_loss(segments, half))}
+        auxiliary = {"local": (self.alpha, self.local_loss(segments, owner, count))}
         if self.entailment_beta > 0:
-            auxiliary["entailment"] = (self.entailment_beta, self.entailment_loss(segments, sequences, half))
-        if "reconstruction" in rows:  # SARCSE on every segment: Eq. 10's α scales the contrastive part
-            auxiliary.update(self.segment_pooling.reconstruction_terms(rows["reconstruction"], half))
-            global_weight *= self.segment_pooling.alpha
+            auxiliary["entailment"] = (self.entailment_beta, self.entailment_loss(segments, sequences, owner))
+        # a head on every segment (SARCSE): its per-segment terms, and Eq. 10's α on the contrastive part
+        auxiliary.update(self.segment_pooling.auxiliary_terms(rows, half))
+        global_weight *= self.segment_pooling.contrastive_weight
         return TrainingViews(sequences[:n], sequences[n:], global_weight, auxiliary)
 
-    def local_loss(self, segments: torch.Tensor, half: int) -> torch.Tensor:
-        """Eq. 2 over the two views' segments; same-sequence segments other than the positive are masked out."""
-        info = self._segments
-        s = half  # segments per view: the doubled batch repeats the first view's rows
-        owner, count = info.owner[:s], info.count[: len(info.count) // 2]
+    def local_loss(self, segments: torch.Tensor, owner: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+        """Eq. 2 over the two views' segments; same-sequence segments other than the positive are masked out.
+
+        `owner`: each segment's sequence, both views; `count`: segments per sequence, both views.
+        """
+        s = segments.shape[0] // 2  # segments per view: the doubled batch repeats the first view's rows
+        owner, count = owner[:s], count[: len(count) // 2]
         with torch.autocast(device_type=segments.device.type, enabled=False):
             h1, h2 = F.normalize(segments[:s].float(), dim=-1), F.normalize(segments[s:].float(), dim=-1)
             logits = h1 @ h2.T / self.local_tau
@@ -183,11 +169,11 @@ class HiCLPooling(Pooling):
             logits = logits - torch.where(positive, 0.0, count[owner].float().log()[None, :])
         return F.cross_entropy(logits, torch.arange(s, device=logits.device))
 
-    def entailment_loss(self, segments: torch.Tensor, sequences: torch.Tensor, half: int) -> torch.Tensor:
+    def entailment_loss(self, segments: torch.Tensor, sequences: torch.Tensor, owner: torch.Tensor) -> torch.Tensor:
         """HiCLv2 (App. A.6, Eq. 3): a segment against its own sequence (the other view) vs the other sequences."""
-        info = self._segments
+        half = segments.shape[0] // 2
         with torch.autocast(device_type=segments.device.type, enabled=False):
             seg = F.normalize(segments[:half].float(), dim=-1)
-            seq = F.normalize(sequences[len(info.count) // 2 :].float(), dim=-1)
+            seq = F.normalize(sequences[len(sequences) // 2 :].float(), dim=-1)
             logits = seg @ seq.T / self.local_tau
-        return F.cross_entropy(logits, info.owner[:half])
+        return F.cross_entropy(logits, owner[:half])

@@ -1,4 +1,8 @@
-"""Poolings: token states (B, L, H) and attention mask (B, L) → sentence embedding (B, H).
+"""Poolings: token states (B, L, H) and their prepared batch → sentence embedding (B, H).
+
+A pooling keeps no per-batch state: `prepare` returns the backbone's rows together with whatever
+a later call needs (the prompt's mask positions, HiCL's segment owners and weights), and every
+later call (`forward`, `training_rows`, `training_views`) reads it from that batch.
 
 `train_head=True` is the training path: CLS pooling then adds SimCSE's MLP (Linear+Tanh),
 which evaluation never uses (SimCSE §3: "we take [CLS] without MLP at test time").
@@ -10,13 +14,14 @@ none for BERT, weight and bias drawn from N(0, 6e-3)).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from sentemb.common.errors import SentembConfigError
 from sentemb.encoders.prompt import PROMPTBERT_TEMPLATE, TokenTemplate, check_template, model_max_length, rebatch
-from sentemb.errors import SentembConfigError
 
 
 @dataclass
@@ -34,14 +39,21 @@ class Pooling(nn.Module):
 
     Training is split in two so that GradCache can chunk the first part: `training_rows` is per
     row (a row's outputs depend on its own tokens only), `training_views` is the batch-level rest.
+    A head (SARCSE) is a Pooling too; `auxiliary_terms` and `contrastive_weight` are how a pooling
+    that aggregates rows (HiCL) asks the pooling of its rows for their per-row losses.
     """
 
+    contrastive_weight: float = 1.0  # the weight of the contrastive loss on this pooling's vectors (SARCSE: α)
+
     def prepare(self, batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase) -> dict[str, torch.Tensor]:
-        """The backbone's input rows for a tokenised batch (a template, segments); unchanged by default."""
+        """The backbone's input rows for a tokenised batch (a template, segments), plus what later calls read."""
         return batch
 
     def with_head(self, head: Pooling) -> Pooling:
-        """The pooling once a head that makes the sentence vector itself (SARCSE) is added: by default the head."""
+        """The pooling once a head that makes the sentence vector itself (SARCSE) is added: by default the head.
+
+        A pooling whose own output the head would replace refuses here (`refuse_head`), before any model loads.
+        """
         return head
 
     def prepare_training(self, tokenizer: PreTrainedTokenizerBase) -> None:
@@ -49,11 +61,25 @@ class Pooling(nn.Module):
 
     def training_rows(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Per-row training outputs of the prepared rows: here their embeddings, train-only MLP on."""
-        return {"embedding": self(hidden, batch["attention_mask"], train_head=True, input_ids=batch["input_ids"])}
+        return {"embedding": self(hidden, batch, train_head=True)}
 
-    def training_views(self, rows: dict[str, torch.Tensor], n: int) -> TrainingViews:
+    def auxiliary_terms(self, rows: dict[str, torch.Tensor], half: int) -> dict[str, tuple[float, torch.Tensor]]:
+        """(weight, loss) terms of the per-row outputs besides the embedding (first `half` rows: view 1); none here."""
+        return {}
+
+    def training_views(self, rows: dict[str, torch.Tensor], batch: dict[str, torch.Tensor], n: int) -> TrainingViews:
         """The doubled batch's rows → the two views of its n sentences (first half is view 1)."""
-        return TrainingViews(rows["embedding"][:n], rows["embedding"][n:])
+        embedding = rows["embedding"]
+        return TrainingViews(embedding[:n], embedding[n:], self.contrastive_weight, self.auxiliary_terms(rows, n))
+
+
+def refuse_head(setting: str) -> NoReturn:
+    """A head with a pooling whose output it would silently replace: refused with the fix."""
+    raise SentembConfigError(
+        f"head=sarcse with {setting}: SARCSE builds the sentence vector itself from the token states, so that "
+        "pooling would be ignored. Fix: pooling=cls (SARCSE on the whole sentence) or pooling=hicl "
+        "(SARCSE on every segment, pooling.prompt=false)."
+    )
 
 
 MLP_ACTIVATIONS = ("after", "before", "none")
@@ -95,9 +121,7 @@ class CLSPooling(Pooling):
         self.mlp_use, self.mlp_activation = mlp, mlp_activation
         self.mlp = projection_mlp(hidden_size, mlp, mlp_activation, mlp_init_std)
 
-    def forward(
-        self, hidden: torch.Tensor, attention_mask: torch.Tensor, train_head: bool = False, input_ids=None
-    ) -> torch.Tensor:
+    def forward(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor], train_head: bool = False) -> torch.Tensor:
         cls = hidden[:, 0]
         if self.mlp is not None and (self.mlp_use == "always" or train_head):
             return self.mlp(cls)
@@ -110,10 +134,11 @@ class MeanPooling(Pooling):
     def __init__(self, hidden_size: int) -> None:
         super().__init__()
 
-    def forward(
-        self, hidden: torch.Tensor, attention_mask: torch.Tensor, train_head: bool = False, input_ids=None
-    ) -> torch.Tensor:
-        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    def with_head(self, head: Pooling) -> Pooling:
+        refuse_head("pooling=mean")
+
+    def forward(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor], train_head: bool = False) -> torch.Tensor:
+        mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
         return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
 
 
@@ -140,30 +165,27 @@ class PromptPooling(Pooling):
         self.max_length = max_length
         self.mlp_use, self.mlp_activation = mlp, mlp_activation
         self.mlp = projection_mlp(hidden_size, mlp, mlp_activation, mlp_init_std)
-        self._tokens: tuple[int, TokenTemplate] | None = None
 
-    def token_template(self, tokenizer: PreTrainedTokenizerBase) -> TokenTemplate:
-        if self._tokens is None or self._tokens[0] != id(tokenizer):
-            self._tokens = (id(tokenizer), TokenTemplate.build(tokenizer, self.template))
-        return self._tokens[1]
+    def with_head(self, head: Pooling) -> Pooling:
+        refuse_head("pooling=prompt")
 
     def prepare(self, batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase) -> dict[str, torch.Tensor]:
-        """Rewrite a tokenised batch into templated rows (the sentence's own tokens kept, truncated to fit)."""
-        template = self.token_template(tokenizer)
+        """Rewrite a tokenised batch into templated rows (the sentence's own tokens kept, truncated to fit),
+        with each row's mask position."""
+        template = TokenTemplate.build(tokenizer, self.template)
         limit = self.max_length or model_max_length(tokenizer)
         rows = []
         for ids, keep in zip(batch["input_ids"].tolist(), batch["attention_mask"].tolist(), strict=True):
             content = template.content([i for i, k in zip(ids, keep, strict=True) if k])
             rows.append(template.wrap(content, limit))
-        return rebatch(rows, batch, tokenizer.pad_token_id)
+        return rebatch(rows, batch, tokenizer.pad_token_id, template.mask_token_id)
 
-    def forward(
-        self, hidden: torch.Tensor, attention_mask: torch.Tensor, train_head: bool = False, input_ids=None
-    ) -> torch.Tensor:
-        if input_ids is None or self._tokens is None:
-            raise RuntimeError("PromptPooling needs the templated input_ids: call it through SentenceEncoder")
-        positions = (input_ids == self._tokens[1].mask_token_id).int().argmax(dim=1)  # exactly one mask per row
-        state = hidden[torch.arange(hidden.shape[0], device=hidden.device), positions]
+    def forward(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor], train_head: bool = False) -> torch.Tensor:
+        if "mask_position" not in batch:
+            raise RuntimeError(
+                "PromptPooling needs the templated batch of its prepare(): call it through SentenceEncoder"
+            )
+        state = hidden[torch.arange(hidden.shape[0], device=hidden.device), batch["mask_position"]]
         if self.mlp is not None and (self.mlp_use == "always" or train_head):
             return self.mlp(state)
         return state

@@ -16,7 +16,7 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 from transformers import PreTrainedTokenizerBase
 
-from sentemb.errors import SentembConfigError
+from sentemb.common.errors import SentembConfigError
 
 PROMPTBERT_TEMPLATE = 'This sentence : "[X]" means [MASK] .'
 
@@ -92,14 +92,19 @@ class TokenTemplate:
         return [*self.start, *self.prefix, *content[:room], *self.suffix, *self.end]
 
 
-def rebatch(rows: list[list[int]], like: dict[str, torch.Tensor], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-padded input_ids / attention_mask (and token_type_ids if `like` has them) on `like`'s device."""
+def rebatch(
+    rows: list[list[int]], like: dict[str, torch.Tensor], pad_id: int, mask_token_id: int | None = None
+) -> dict[str, torch.Tensor]:
+    """Right-padded input_ids / attention_mask (and token_type_ids if `like` has them) on `like`'s device;
+    with `mask_token_id`, each row's `mask_position` (every templated row holds exactly one mask token)."""
     device = like["input_ids"].device
     ids = pad_sequence([torch.tensor(r, dtype=torch.long) for r in rows], batch_first=True, padding_value=pad_id)
     mask = pad_sequence([torch.ones(len(r), dtype=torch.long) for r in rows], batch_first=True)
     batch = {"input_ids": ids.to(device), "attention_mask": mask.to(device)}
     if "token_type_ids" in like:
         batch["token_type_ids"] = torch.zeros_like(batch["input_ids"])
+    if mask_token_id is not None:
+        batch["mask_position"] = (batch["input_ids"] == mask_token_id).int().argmax(dim=1)
     return batch
 
 

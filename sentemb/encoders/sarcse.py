@@ -16,7 +16,10 @@ token the same reconstruction).
 Self-adaptive reconstruction loss (Eq. 8, 9): L_R = (1/N) Σ_i f(w_i)·MSE(x_i, x'_i),
 f(w) = max(θ, 1 − λ·freq(w)), freq = the token's share of all tokens of the training corpus
 (counted once per corpus + tokenizer and cached on disk); `weighting: mse` gives plain MSE.
-Both views reconstruct their own tokens; total α·L_I + β·L_R + γ·L_R⁺ (Eq. 10).
+Both views reconstruct their own tokens; total α·L_I + β·L_R + γ·L_R⁺ (Eq. 10): α is its
+`contrastive_weight`, β·L_R and γ·L_R⁺ its `auxiliary_terms` (the Pooling interface, which HiCL
+also uses when SARCSE runs on every segment). The tokenizer's special ids (removed before the
+TextCNN) come through the constructor.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -31,8 +35,8 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from sentemb.encoders.pooling import Pooling, TrainingViews
-from sentemb.errors import SentembConfigError
+from sentemb.common.errors import SentembConfigError
+from sentemb.encoders.pooling import Pooling
 
 log = logging.getLogger(__name__)
 KERNELS = (3, 4, 5)
@@ -42,6 +46,7 @@ class SARCSEHead(Pooling):
     def __init__(
         self,
         hidden_size: int,
+        special_ids: Sequence[int],
         co_t: int = 500,
         co_c: int = 3,
         theta: float = 0.1,
@@ -71,6 +76,13 @@ class SARCSEHead(Pooling):
         # token frequencies of the training corpus, filled by `prepare_training` at fit start (from the disk
         # cache); inference does not need them, so checkpoints do not carry them
         self.register_buffer("token_frequency", torch.zeros(0), persistent=False)
+        # the tokenizer's special tokens, removed before the TextCNN (not saved: the tokenizer gives them)
+        self.register_buffer("special_token_ids", torch.tensor(sorted(special_ids), dtype=torch.long), persistent=False)
+
+    @property
+    def contrastive_weight(self) -> float:
+        """α of Eq. 10."""
+        return self.alpha
 
     @property
     def output_size(self) -> int:
@@ -121,10 +133,10 @@ class SARCSEHead(Pooling):
             outputs.append(deconv(windows).transpose(1, 2))  # (B, T', d)
         return torch.stack(outputs).mean(dim=0)
 
-    def forward(
-        self, hidden: torch.Tensor, attention_mask: torch.Tensor, train_head: bool = False, input_ids=None
-    ) -> torch.Tensor:
-        states, mask, _ = self.content_tokens(hidden, attention_mask, input_ids, self.special_ids(input_ids.device))
+    def forward(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor], train_head: bool = False) -> torch.Tensor:
+        states, mask, _ = self.content_tokens(
+            hidden, batch["attention_mask"], batch["input_ids"], self.special_token_ids
+        )
         scales, _ = self.encode_scales(states, mask)
         return self.embed(scales)
 
@@ -133,7 +145,7 @@ class SARCSEHead(Pooling):
         self, hidden: torch.Tensor, attention_mask: torch.Tensor, input_ids: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Z (B, co_c·(co_t−1)) and each row's L_R (B,) (Eq. 9)."""
-        states, mask, ids = self.content_tokens(hidden, attention_mask, input_ids, self.special_ids(hidden.device))
+        states, mask, ids = self.content_tokens(hidden, attention_mask, input_ids, self.special_token_ids)
         scales, argmax = self.encode_scales(states, mask)
         z = self.embed(scales)
         rebuilt = self.reconstruct(z, argmax, states.shape[1])
@@ -146,12 +158,9 @@ class SARCSEHead(Pooling):
         z, reconstruction = self.embed_and_reconstruction_loss(hidden, batch["attention_mask"], batch["input_ids"])
         return {"embedding": z, "reconstruction": reconstruction}
 
-    def training_views(self, rows: dict[str, torch.Tensor], n: int) -> TrainingViews:
-        z = rows["embedding"]
-        return TrainingViews(z[:n], z[n:], self.alpha, self.reconstruction_terms(rows["reconstruction"], n))
-
-    def reconstruction_terms(self, per_row: torch.Tensor, half: int) -> dict[str, tuple[float, torch.Tensor]]:
+    def auxiliary_terms(self, rows: dict[str, torch.Tensor], half: int) -> dict[str, tuple[float, torch.Tensor]]:
         """β·L_R (first view's rows) and γ·L_R⁺ (second view's rows) of Eq. 10."""
+        per_row = rows["reconstruction"]
         return {
             "reconstruction": (self.beta, per_row[:half].mean()),
             "reconstruction_positive": (self.gamma, per_row[half:].mean()),
@@ -164,13 +173,6 @@ class SARCSEHead(Pooling):
         if self.token_frequency.numel() == 0:
             raise RuntimeError("SARCSEHead.token_frequency is empty: call prepare_training(tokenizer) before training")
         return (1.0 - self.lam * self.token_frequency[ids]).clamp_min(self.theta)
-
-    def special_ids(self, device: torch.device) -> torch.Tensor:
-        return self._special_ids.to(device)
-
-    def bind_tokenizer(self, tokenizer: PreTrainedTokenizerBase) -> None:
-        """Which ids are special tokens (removed before the TextCNN)."""
-        self._special_ids = torch.tensor(sorted(tokenizer.all_special_ids))
 
     def prepare_training(self, tokenizer: PreTrainedTokenizerBase) -> None:
         """Fill token_frequency from head.corpus (counted once, cached on disk)."""

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import pearsonr, spearmanr
 
-from sentemb.errors import SentembConfigError
+from sentemb.common.errors import SentembConfigError
 from sentemb.eval.cache import EmbeddingCache
 
 STS_YEARS = {

@@ -23,7 +23,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import f1_score
 from sklearn.model_selection import StratifiedKFold
 
-from sentemb.errors import SentembConfigError
+from sentemb.common.errors import SentembConfigError
 
 TRANSFER_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
 BINARY_FILES = {
@@ -170,12 +170,17 @@ def mrpc_features(a: np.ndarray, b: np.ndarray, kind: str = "senteval") -> np.nd
     return np.concatenate(parts, axis=1)
 
 
+def check_mode(mode: str) -> None:
+    """`mode`: full (SentEval's 10 folds) or fast (5 folds, every other C)."""
+    if mode not in ("full", "fast"):
+        raise SentembConfigError(f"mode={mode!r}: use 'full' (SentEval, k=10) or 'fast' (k=5, fewer C values)")
+
+
 def run_transfer_task(
     task: str, data: dict[str, Labelled], embed: Callable[[list[str]], np.ndarray], mode: str = "full",
     jobs: int = 1, mrpc: str = "senteval",
 ) -> dict[str, float]:  # fmt: skip
-    if mode not in ("full", "fast"):
-        raise SentembConfigError(f"mode={mode!r}: use 'full' (SentEval, k=10) or 'fast' (k=5, fewer C values)")
+    check_mode(mode)
     k = 10 if mode == "full" else 5
     thin = (lambda cs: cs) if mode == "full" else (lambda cs: cs[::2])
     if task in BINARY_FILES:

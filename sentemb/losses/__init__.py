@@ -3,7 +3,7 @@ and returns a LossOutput(loss, stats). `build(name, **overrides)` makes one from
 """
 
 from sentemb.losses.arccon import ArcCon
-from sentemb.losses.base import LossOutput, Objective, cross_view_similarity, normalize
+from sentemb.losses.base import LossOutput, Objective, normalize
 from sentemb.losses.focal import FocalInfoNCE
 from sentemb.losses.infonce import InfoNCE
 from sentemb.losses.modified import ModifiedBarlowTwins, ModifiedMHE, ModifiedMHS, ModifiedVICReg
@@ -34,6 +34,5 @@ __all__ = [
     "WeightedSum",
     "available",
     "build",
-    "cross_view_similarity",
     "normalize",
 ]

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sentemb.errors import SentembConfigError
+from sentemb.common.errors import SentembConfigError
 
 
 @dataclass
@@ -37,12 +37,6 @@ def normalize(z: torch.Tensor) -> torch.Tensor:
     if z.dtype not in (torch.float32, torch.float64):
         z = z.float()
     return F.normalize(z, dim=-1)
-
-
-def cross_view_similarity(z1: torch.Tensor, z2: torch.Tensor) -> torch.Tensor:
-    """s_ij = h_i · h'_j for the (N, N) batch, computed in float32 with autocast off."""
-    with torch.autocast(device_type=z1.device.type, enabled=False):
-        return normalize(z1) @ normalize(z2).T
 
 
 CONVENTIONS = ("paper", "reference")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from sentemb.errors import SentembConfigError
+from sentemb.common.errors import SentembConfigError
 from sentemb.losses.base import LossOutput, Objective, require_finite, require_positive
 from sentemb.losses.geometry import diagonal_mask, negative_softmax, paradigm_stats
 

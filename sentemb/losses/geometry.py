@@ -9,10 +9,12 @@ Notation of ../shared/spec/objectives.md: s_ij = h_i·h'_j (cross view), a_ij = 
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 
 EPS = 1e-6  # clamp for arccos / sqrt: keeps gradients finite at cos = ±1 (spec: numerics)
+POWER_FLOOR = 1e-4  # the public code's clamp_min(similarity, 1e-4) before a power weight
 
 
 def diagonal_mask(n: int, device: torch.device) -> torch.Tensor:
@@ -40,6 +42,24 @@ def global_negative_softmax(logits: torch.Tensor) -> torch.Tensor:
     """e^{logits_ij} / Σ_{k≠l} e^{logits_kl}: one normalisation over every ordered pair (mB, mV weights)."""
     masked = logits.masked_fill(diagonal_mask(logits.shape[0], logits.device), -math.inf)
     return (masked - masked.flatten().logsumexp(dim=0)).exp()
+
+
+def power_weights(similarity: torch.Tensor, power: float) -> torch.Tensor:
+    """max(similarity, 1e-4)^power, diagonal kept: the public code's power weights (power 0: all ones)."""
+    if power == 0:
+        return torch.ones_like(similarity)
+    return similarity.clamp_min(POWER_FLOOR).pow(power)
+
+
+def negative_power_weights(
+    similarity: torch.Tensor, power: float, *, normalise: Literal["row", "global"] = "row"
+) -> torch.Tensor:
+    """max(s_ij, 1e-4)^power, zero on the diagonal, divided by its row sums (`row`: Σ_{k≠i}) or its
+    total (`global`: Σ_{k≠l}): the public code's power W, normalised (power 0: uniform)."""
+    if normalise not in ("row", "global"):
+        raise ValueError(f"normalise={normalise!r} must be 'row' or 'global'")
+    weights = power_weights(similarity, power).masked_fill(diagonal_mask(similarity.shape[0], similarity.device), 0.0)
+    return weights / (weights.sum(dim=1, keepdim=True) if normalise == "row" else weights.sum())
 
 
 def upper_pairs(matrix: torch.Tensor) -> torch.Tensor:

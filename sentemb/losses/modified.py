@@ -27,8 +27,8 @@ Inputs: z1, z2 (N, D); defaults are Table 6 (BERT-base).
 models.py `_i_forward`, the non-contrastive branch with w_gd (gd=margin), w_w (these losses'
 weights) and w_r (a number r; `r: original` leaves w_r out)), with `nu` = the code's lambda:
   - both directions summed; each view gated by its own same-view indicator
-    d_i = 𝕀{1 − max_{j≠i} a_ij < m} wherever it appears, so h'_i's gradient through anchor i's
-    positive term is gated by d'_i (the text's d_i gates the whole anchor term);
+    d_i = 𝕀{a_ii − max_{j≠i} a_ij < m} (a_ii as computed, ≈ 1) wherever it appears, so h'_i's gradient
+    through anchor i's positive term is gated by d'_i (the text's d_i gates the whole anchor term);
   - mmhe: ν (U + U') + Σ_i (2 − 2 h_i·h'_i) r (c_i + c'_i)/2, U = log Σ_{k<l} e^{a_kl/τ},
     c_i = Σ_{j≠i} e^{a_ij/τ} / (τ Σ_{k<l} e^{a_kl/τ}): the effective R is ≈ 2r/ν;
   - mmhs: cross-view detached MHS, ν (mean_i −min_{j≠i} D_ij + the same from h') +
@@ -45,7 +45,7 @@ import math
 
 import torch
 
-from sentemb.errors import SentembConfigError
+from sentemb.common.errors import SentembConfigError
 from sentemb.losses import reference as public_code
 from sentemb.losses.base import (
     LossOutput,
@@ -58,11 +58,11 @@ from sentemb.losses.base import (
     require_reference_option,
 )
 from sentemb.losses.geometry import (
-    diagonal_mask,
     gate_anchors,
     global_negative_softmax,
     hardest_negative,
     margin_indicator,
+    negative_power_weights,
     negative_softmax,
     negatives_logsumexp,
     one_hot_rows,
@@ -127,8 +127,9 @@ class ModifiedMHE(ModifiedObjective):
         self.tau = require_positive("tau", tau, "0.05")
 
     def reference(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
-        gd = self.gd == "margin"
-        loss, parts = public_code.mhe_loss(h1, h2, gd, True, self.code_ratio, self.m, self.tau, self.nu)
+        loss, parts = public_code.mhe_loss(
+            h1, h2, gd=self.gd == "margin", weighted=True, ratio=self.code_ratio, m=self.m, tau=self.tau, nu=self.nu
+        )
         return public_code.with_telemetry(loss, parts, h1, h2)
 
     def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
@@ -163,7 +164,7 @@ class ModifiedMHS(ModifiedObjective):
         super().__init__(m, r, gd, margin_on, symmetric, nu, convention)
 
     def reference(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
-        loss, parts = public_code.mhs_loss(h1, h2, self.gd == "margin", self.code_ratio, self.m, self.nu)
+        loss, parts = public_code.mhs_loss(h1, h2, gd=self.gd == "margin", ratio=self.code_ratio, m=self.m, nu=self.nu)
         return public_code.with_telemetry(loss, parts, h1, h2)
 
     def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
@@ -212,9 +213,17 @@ class ModifiedDecorrelation(ModifiedObjective):
 
     def reference(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
         kind = "barlow" if self.weights_from == "h2" else "vicreg"
-        gd = self.gd == "margin"
         loss, parts = public_code.decorrelation_loss(
-            h1, h2, kind, gd, self.w, self.code_ratio, self.m, self.tau, self.power, self.nu
+            h1,
+            h2,
+            kind=kind,
+            gd=self.gd == "margin",
+            weights=self.w,
+            ratio=self.code_ratio,
+            m=self.m,
+            tau=self.tau,
+            power=self.power,
+            nu=self.nu,
         )
         return public_code.with_telemetry(loss, parts, h1, h2)
 
@@ -224,8 +233,7 @@ class ModifiedDecorrelation(ModifiedObjective):
         if self.w == "exp":
             logits = base / self.tau
             return global_negative_softmax(logits) if self.w_norm == "global" else negative_softmax(logits)
-        weights = public_code.power_weights(base, self.power).masked_fill(diagonal_mask(base.shape[0], base.device), 0)
-        return weights / (weights.sum() if self.w_norm == "global" else weights.sum(dim=1, keepdim=True))
+        return negative_power_weights(base, self.power, normalise=self.w_norm)
 
     def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
         n = h1.shape[0]

@@ -31,7 +31,7 @@ code's `lambda` (nu1 for VICReg):
   vicreg     `vicreg`: the surrogate of Eq. 11, −(2/N) h_i·sg(h'_i) + ν1 Σ_j (2 a_ij/N²) h_i·sg(h_j),
              both directions summed: no centring, no k ≠ l, no variance hinge (nu2 and gamma
              must keep their defaults).
-With gd=margin each view is gated by its own same-view indicator 𝕀{1 − max_{j≠i} a_ij < m}
+With gd=margin each view is gated by its own same-view indicator 𝕀{a_ii − max_{j≠i} a_ij < m}
 wherever it appears (the code's w_gd), not by the cross-view margin of the text.
 """
 
@@ -41,7 +41,7 @@ import math
 
 import torch
 
-from sentemb.errors import SentembConfigError
+from sentemb.common.errors import SentembConfigError
 from sentemb.losses import reference as public_code
 from sentemb.losses.base import LossOutput, Objective, require_choice, require_finite, require_positive
 from sentemb.losses.geometry import (
@@ -107,8 +107,9 @@ class AlignMHE(AlignUniform):
         return LossOutput(loss, stats)
 
     def reference(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
-        gd = self.gd == "margin"
-        loss, parts = public_code.mhe_loss(h1, h2, gd, weighted=False, ratio=None, m=self.m, tau=1.0, nu=self.nu)
+        loss, parts = public_code.mhe_loss(
+            h1, h2, gd=self.gd == "margin", weighted=False, ratio=None, m=self.m, tau=1.0, nu=self.nu
+        )
         return public_code.with_telemetry(loss, parts, h1, h2)
 
 
@@ -126,7 +127,7 @@ class AlignMHS(AlignUniform):
         return LossOutput(loss, stats)
 
     def reference(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
-        loss, parts = public_code.mhs_loss(h1, h2, self.gd == "margin", ratio=None, m=self.m, nu=self.nu)
+        loss, parts = public_code.mhs_loss(h1, h2, gd=self.gd == "margin", ratio=None, m=self.m, nu=self.nu)
         return public_code.with_telemetry(loss, parts, h1, h2)
 
 
@@ -163,7 +164,16 @@ class BarlowTwins(GatedObjective):
 
     def reference(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
         loss, parts = public_code.decorrelation_loss(
-            h1, h2, "barlow", self.gd == "margin", "linear", None, self.m, tau=1.0, power=4.0, nu=self.nu
+            h1,
+            h2,
+            kind="barlow",
+            gd=self.gd == "margin",
+            weights="linear",
+            ratio=None,
+            m=self.m,
+            tau=1.0,
+            power=4.0,
+            nu=self.nu,
         )
         return public_code.with_telemetry(loss, parts, h1, h2)
 
@@ -201,7 +211,16 @@ class VICReg(GatedObjective):
 
     def reference(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
         loss, parts = public_code.decorrelation_loss(
-            h1, h2, "vicreg", self.gd == "margin", "linear", None, self.m, tau=1.0, power=4.0, nu=self.nu1
+            h1,
+            h2,
+            kind="vicreg",
+            gd=self.gd == "margin",
+            weights="linear",
+            ratio=None,
+            m=self.m,
+            tau=1.0,
+            power=4.0,
+            nu=self.nu1,
         )
         return public_code.with_telemetry(loss, parts, h1, h2)
 

@@ -31,7 +31,7 @@ import math
 
 import torch
 
-from sentemb.errors import SentembConfigError
+from sentemb.common.errors import SentembConfigError
 from sentemb.losses.base import (
     LossOutput,
     Objective,
@@ -46,13 +46,14 @@ from sentemb.losses.geometry import (
     diagonal_mask,
     hardest_negative,
     margin_indicator,
+    negative_power_weights,
     negative_softmax,
     negatives_logsumexp,
     one_hot_rows,
     paradigm_stats,
     safe_arccos,
 )
-from sentemb.losses.reference import power_weights, sg_loss, with_telemetry
+from sentemb.losses.reference import sg_loss, with_telemetry
 
 GRADIENT_DISSIPATIONS = ("margin", "infonce", "none")
 WEIGHTS = ("softmax", "hardest", "uniform", "power")
@@ -107,8 +108,7 @@ class Paradigm(Objective):
         if self.w == "hardest":
             return one_hot_rows(hardest_negative(s)[1], n, s.dtype)
         if self.w == "power":
-            weights = power_weights(s, self.power).masked_fill(diagonal_mask(n, s.device), 0.0)
-            return weights / weights.sum(dim=1, keepdim=True)
+            return negative_power_weights(s, self.power)
         return (~diagonal_mask(n, s.device)).to(s.dtype) / (n - 1)
 
     @torch.no_grad()
@@ -131,7 +131,9 @@ class Paradigm(Objective):
     def reference(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
         weights = "power" if self.w in ("power", "uniform") else "softmax"
         power = 0.0 if self.w == "uniform" else self.power
-        loss, parts = sg_loss(h1, h2, self.gd == "margin", weights, self.m, self.tau, self.r, power)
+        loss, parts = sg_loss(
+            h1, h2, gd=self.gd == "margin", weights=weights, m=self.m, tau=self.tau, r=self.r, power=power
+        )
         d1, d2 = parts["d1"], parts["d2"]
         # the positive term counted from both directions: R_i = r (1 + d'_i k / k'), k = active rows
         parts["ratio"] = self.r * (1 + d2 * d1.sum() / d2.sum().clamp_min(1))

@@ -4,7 +4,7 @@ Source: BDBC-KG-NLP/UnderstandingCSE, isotropy/models.py, `InitAndForward._i_for
 scripts/application/{bert,roberta}/*.sh and scripts/empirical/*.sh. The code picks a branch
 by the tokens of `loss_fn_settings` (`sg`, `mhe`, `mhs`, `vicreg`, `barlowtwins`) and switches
 its parts on with the flags `w_gd` (gradient dissipation), `w_w` (weights) and `w_r` (ratio);
-`loss_param_settings` gives m, temp, ratio, lambda, power. Here the flags are arguments
+`loss_param_settings` gives m, temp, ratio, lambda, power. Here the flags are keyword arguments
 (`gd`, `weights`, `ratio`: None without `w_r`) and the parameters keep sentemb's names
 (temp → tau, lambda → nu). h1 is the code's `embeds_0_norm`, h2 its `embeds_1_norm`.
 
@@ -29,10 +29,17 @@ import math
 import torch
 
 from sentemb.losses.base import LossOutput
-from sentemb.losses.geometry import diagonal_mask, hardest_negative, negatives_logsumexp, paradigm_stats
+from sentemb.losses.geometry import (
+    diagonal_mask,
+    gate_anchors,
+    margin_indicator,
+    negative_power_weights,
+    negatives_logsumexp,
+    paradigm_stats,
+    power_weights,
+)
 
 MHS_EPS = 1e-4  # the code's sqrt(‖h_i − h'_j‖² + 1e-4)
-POWER_FLOOR = 1e-4  # the code's clamp_min(similarity, 1e-4) before a power weight
 
 
 def with_telemetry(
@@ -45,27 +52,20 @@ def with_telemetry(
     return LossOutput(loss, stats)
 
 
-@torch.no_grad()
-def own_view_indicator(h: torch.Tensor, m: float) -> torch.Tensor:
-    """d_i = 𝕀{a_ii − max_{j≠i} a_ij < m} on one view (the code's w_gd mask, a_ii as computed, ≈ 1)."""
-    a = h @ h.T
-    return (a.diagonal() - hardest_negative(a)[0] < m).to(h.dtype)
-
-
-def gate(h: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
-    """h_i where d_i = 1, sg(h_i) elsewhere: the code's `h * mask + h.detach() * ~mask`."""
-    return torch.where(d.bool()[:, None], h, h.detach())
-
-
 def gated_views(
-    h1: torch.Tensor, h2: torch.Tensor, gd: bool, m: float
+    h1: torch.Tensor, h2: torch.Tensor, *, gd: bool, m: float
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(g1, g2, d1, d2): each view gated by its own indicator (w_gd), or unchanged with indicators 1."""
+    """(g1, g2, d1, d2): each view gated by its own indicator (w_gd), or unchanged with indicators 1.
+
+    The code's w_gd mask on one view: d_i = 𝕀{a_ii − max_{j≠i} a_ij < m}, a = h hᵀ with a_ii as
+    computed (≈ 1); gated, h_i where d_i = 1 and sg(h_i) elsewhere (`h * mask + h.detach() * ~mask`).
+    """
     if not gd:
         ones = torch.ones(h1.shape[0], dtype=h1.dtype, device=h1.device)
         return h1, h2, ones, ones
-    d1, d2 = own_view_indicator(h1, m), own_view_indicator(h2, m)
-    return gate(h1, d1), gate(h2, d2), d1, d2
+    with torch.no_grad():  # the indicators only select; no graph for the Gram matrices
+        d1, d2 = margin_indicator(h1 @ h1.T, m), margin_indicator(h2 @ h2.T, m)
+    return gate_anchors(h1, d1), gate_anchors(h2, d2), d1, d2
 
 
 def lower_pairs(matrix: torch.Tensor) -> torch.Tensor:
@@ -74,16 +74,10 @@ def lower_pairs(matrix: torch.Tensor) -> torch.Tensor:
     return matrix[rows, cols]
 
 
-def power_weights(similarity: torch.Tensor, power: float) -> torch.Tensor:
-    """clamp_min(similarity, 1e-4)^power: the code's power weights (power 0: all ones)."""
-    if power == 0:
-        return torch.ones_like(similarity)
-    return similarity.clamp_min(POWER_FLOOR).pow(power)
-
-
 def sg_loss(
     h1: torch.Tensor,
     h2: torch.Tensor,
+    *,
     gd: bool,
     weights: str,
     m: float,
@@ -106,8 +100,7 @@ def sg_loss(
     n = h1.shape[0]
     with torch.no_grad():
         s = h1 @ h2.T
-        d1 = (s.diagonal() - hardest_negative(s)[0] < m).to(s.dtype)
-        d2 = (s.diagonal() - hardest_negative(s.T)[0] < m).to(s.dtype)
+        d1, d2 = margin_indicator(s, m), margin_indicator(s.T, m)  # over rows, then over columns
     positive = (h1 * h2).sum(dim=1)
     eye = diagonal_mask(n, h1.device)
 
@@ -116,8 +109,7 @@ def sg_loss(
         target = sim - r * positive[:, None]
         with torch.no_grad():
             if weights == "power":
-                w = power_weights(sim, int(power)).masked_fill(eye, 0.0)  # the code casts power to int here
-                w = w / w.sum(dim=1, keepdim=True)
+                w = negative_power_weights(sim, int(power))  # the code casts power to int here
             else:
                 w = (sim / tau).masked_fill(eye, -math.inf).softmax(dim=1)
         terms = w * target
@@ -137,6 +129,7 @@ def sg_loss(
 def mhe_loss(
     h1: torch.Tensor,
     h2: torch.Tensor,
+    *,
     gd: bool,
     weighted: bool,
     ratio: float | None,
@@ -152,7 +145,7 @@ def mhe_loss(
     c_i = Σ_{j≠i} e^{sg(a_ij)/τ} / (τ Σ_{k>l} e^{sg(a_kl)/τ}), else 1/N; with w_r times r.
     Value: ν (U + U') + Σ_i a_i (c_i + c'_i)/2.
     """
-    g1, g2, d1, d2 = gated_views(h1, h2, gd, m)
+    g1, g2, d1, d2 = gated_views(h1, h2, gd=gd, m=m)
     scale = 1.0 / tau if weighted else 1.0
     a1, a2 = scale * (g1 @ g1.T), scale * (g2 @ g2.T)
     u1, u2 = lower_pairs(a1).logsumexp(dim=0), lower_pairs(a2).logsumexp(dim=0)
@@ -174,6 +167,7 @@ def mhe_loss(
 def mhs_loss(
     h1: torch.Tensor,
     h2: torch.Tensor,
+    *,
     gd: bool,
     ratio: float | None,
     m: float,
@@ -188,7 +182,7 @@ def mhs_loss(
     With the ratio the alignment weight is r (1/D_i + 1/D'_i)/2 over both directions.
     """
     n = h1.shape[0]
-    g1, g2, d1, d2 = gated_views(h1, h2, gd, m)
+    g1, g2, d1, d2 = gated_views(h1, h2, gd=gd, m=m)
     eye = diagonal_mask(n, h1.device)
 
     def nearest_other(anchors: torch.Tensor, candidates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -218,6 +212,7 @@ def mhs_loss(
 def decorrelation_loss(
     h1: torch.Tensor,
     h2: torch.Tensor,
+    *,
     kind: str,
     gd: bool,
     weights: str,
@@ -240,7 +235,7 @@ def decorrelation_loss(
     (VICReg: ν (2/N²) Σ_j a_ij h_j − (2/N) h'_i; no centring, no variance hinge).
     """
     n = h1.shape[0]
-    g1, g2, d1, d2 = gated_views(h1, h2, gd, m)
+    g1, g2, d1, d2 = gated_views(h1, h2, gd=gd, m=m)
     off = ~diagonal_mask(n, h1.device)
 
     def one_direction(u: torch.Tensor, other: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -13,10 +13,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from sentemb.errors import SentembConfigError
-from sentemb.paths import PROJECT_ROOT
+from sentemb.common.errors import SentembConfigError
+from sentemb.common.hydra_plumbing import instantiate_checked
+from sentemb.common.paths import CONF_DIR
 
-LOSS_CONF_DIR = PROJECT_ROOT / "conf" / "loss"
+LOSS_CONF_DIR = CONF_DIR / "loss"
 
 
 def available() -> list[str]:
@@ -39,6 +40,4 @@ def loss_config(name: str, **overrides: Any) -> DictConfig:
 
 def build(name: str, **overrides: Any) -> Any:
     """The objective `name` with the defaults of conf/loss/<name>.yaml overridden by `overrides`."""
-    from sentemb.config import instantiate_checked  # late: config imports the data layer
-
     return instantiate_checked(loss_config(name, **overrides))

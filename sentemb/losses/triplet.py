@@ -31,6 +31,7 @@ from sentemb.losses.base import LossOutput, Objective, require_finite
 from sentemb.losses.geometry import (
     diagonal_mask,
     hardest_negative,
+    margin_indicator,
     one_hot_rows,
     paradigm_stats,
     safe_arccos,
@@ -51,7 +52,7 @@ class MPT(Objective):
         hardest, index = hardest_negative(s)
         loss = torch.relu(-s.diagonal() + hardest + self.m).mean()
         with torch.no_grad():
-            gd = (s.diagonal() - hardest < self.m).to(s.dtype)
+            gd = margin_indicator(s, self.m)
             stats = paradigm_stats(s, h1, h2, gd=gd, weights=one_hot_rows(index, s.shape[0], s.dtype), ratio=1.0)
         return LossOutput(loss, stats)
 

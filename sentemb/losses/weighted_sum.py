@@ -20,8 +20,9 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from sentemb.errors import SentembConfigError
+from sentemb.common.errors import SentembConfigError
 from sentemb.losses.base import LossOutput, Objective
+from sentemb.losses.registry import build
 
 
 class WeightedSum(Objective):
@@ -50,8 +51,6 @@ class WeightedSum(Objective):
 
 
 def build_term(label: str, spec: Any) -> tuple[nn.Module, float]:
-    from sentemb.losses.registry import build
-
     if not isinstance(spec, Mapping):
         raise SentembConfigError(f"loss.terms.{label} must be a mapping like {{weight: 1.0}}, got {spec!r}")
     spec = dict(spec)

@@ -18,9 +18,26 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import Checkpoint
 
-from sentemb.callbacks import STSBDevEvaluation
+from sentemb.common.errors import SentembConfigError
+from sentemb.training.callbacks import STSBDevEvaluation
 
 LAST = "last.ckpt"
+
+
+def check_checkpoint_path(ckpt_path: str | None) -> None:
+    """ckpt_path, when set, must be a checkpoint file."""
+    if ckpt_path and not Path(ckpt_path).expanduser().is_file():
+        raise SentembConfigError(
+            f"ckpt_path={ckpt_path}: no such checkpoint file. Fix: point it at a run's checkpoints/last.ckpt "
+            "(written at every dev evaluation), or drop ckpt_path to start fresh"
+        )
+
+
+def checkpoint_dir(ckpt_path: str | None, output_dir: str) -> str:
+    """Where a run keeps its checkpoints (the `checkpoint_dir` resolver of conf/callbacks): a resumed run goes on in
+    the directory of the checkpoint it resumes from, so ModelCheckpoint's best tracking (which Lightning restores
+    only in the same directory) continues as one run."""
+    return str(Path(ckpt_path).expanduser().resolve().parent) if ckpt_path else str(Path(output_dir) / "checkpoints")
 
 
 def rng_states() -> dict[str, Any]:

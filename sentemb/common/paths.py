@@ -1,13 +1,14 @@
-"""Where data lives: `$SENTEMB_DATA`, else `./data`, else `../shared/data`."""
+"""Where things live: the checkout, its Hydra configs (conf/), the data root ($SENTEMB_DATA, ./data, ../shared/data)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from sentemb.errors import SentembConfigError
+from sentemb.common.errors import SentembConfigError
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+CONF_DIR = PROJECT_ROOT / "conf"
 
 
 def data_root_candidates() -> list[Path]:
@@ -40,9 +41,3 @@ def resolve_data_root(configured: str | os.PathLike | None = None) -> Path:
         f"No data root found (tried $SENTEMB_DATA, then {tried}). "
         "Fix: export SENTEMB_DATA=/path/to/data, or run `make data` to download wiki1m and SentEval into ./data."
     )
-
-
-def under_root(path: str | os.PathLike, root: Path) -> Path:
-    """An absolute `path` is kept; a relative one is read under the data root."""
-    path = Path(path).expanduser()
-    return path if path.is_absolute() else root / path

@@ -17,11 +17,30 @@ the batch a row is computed in (chunk vs full batch): float32 last bits, as any 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 from torch import nn
+
+from sentemb.common.errors import SentembConfigError
+
+log = logging.getLogger(__name__)
+
+
+def check_chunk(chunk: object, batch_size: int | None = None) -> None:
+    """`grad_cache`: a whole number of sentences per chunk (>= 1), or null; a chunk of the whole batch is only
+    warned about (one chunk adds a forward and saves nothing)."""
+    if chunk is None:
+        return
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise SentembConfigError(
+            f"grad_cache={chunk} must be a whole number of sentences per chunk (>= 1), or null for one forward. "
+            "Fix: e.g. data.batch_size=512 grad_cache=64"
+        )
+    if batch_size is not None and chunk >= batch_size:
+        log.warning("grad_cache=%d >= data.batch_size=%d: one chunk, which only adds a forward", chunk, batch_size)
 
 
 @dataclass(frozen=True)
@@ -77,8 +96,7 @@ class CachedStep:
 
 class GradCache:
     def __init__(self, chunk: int) -> None:
-        if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-            raise ValueError(f"grad_cache={chunk!r}: sentences per chunk, an integer >= 1")
+        check_chunk(chunk)
         self.chunk = chunk
         self.pending: CachedStep | None = None  # between a step's loss and its backward
 

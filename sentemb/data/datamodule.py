@@ -1,15 +1,14 @@
 """Unsupervised training data: one sentence per line (SimCSE's wiki1m format).
 
-The corpus is checked line by line before anything expensive happens (non-UTF-8 lines,
-no sentences at all), then read through Hugging Face `datasets`, blank lines dropped and
-counted, tokenised once (max 32 tokens, SimCSE) and padded per batch.
+The corpus is checked by `sentemb.data.corpus.check_corpus` before anything expensive (the
+pre-run checks call it), then read here through Hugging Face `datasets`, blank lines dropped
+and counted, tokenised once (max 32 tokens, SimCSE) and padded per batch.
 """
 
 from __future__ import annotations
 
 import logging
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
 import lightning as L
@@ -19,49 +18,18 @@ from torch.utils.data import DistributedSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
 
-from sentemb.errors import SentembConfigError
+from sentemb.common.errors import SentembConfigError
 
 log = logging.getLogger(__name__)
 # torchdata's StatefulDataLoader calls a torch API that torch now marks deprecated; nothing for us to act on
 warnings.filterwarnings("ignore", message=r".*'set_vital' is deprecated.*")
 
 
-@dataclass(frozen=True)
-class CorpusReport:
-    path: Path
-    lines: int
-    blank_lines: int
-
-    @property
-    def sentences(self) -> int:
-        return self.lines - self.blank_lines
-
-
-def check_corpus(path: Path) -> CorpusReport:
-    """Read the corpus once as bytes: every line must be UTF-8 and at least one must be non-blank."""
-    if not path.is_file():
-        raise SentembConfigError(
-            f"data.corpus: training corpus {path} does not exist. "
-            "Fix: set data.corpus=/path/to/sentences.txt (one sentence per line), point SENTEMB_DATA at a data "
-            "root that has wiki/wiki1m_head.txt, or run `make data` to download wiki1m."
-        )
-    lines = blank = 0
-    with path.open("rb") as handle:
-        for lines, raw in enumerate(handle, start=1):
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise SentembConfigError(
-                    f"{path}:{lines}: line is not valid UTF-8 ({err.reason} at byte {err.start}). "
-                    f"Fix: re-encode the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`) or delete line {lines}."
-                ) from err
-            blank += not text.strip()
-    if lines == blank:
-        raise SentembConfigError(
-            f"{path}: the corpus has no sentences ({lines} lines, all blank). "
-            "Fix: point data.corpus at a text file with one sentence per line."
-        )
-    return CorpusReport(path, lines, blank)
+def check_batching(batch_size: int | None, max_length: int | None) -> None:
+    """data.batch_size and data.max_length must be >= 1."""
+    for key, value in (("batch_size", batch_size), ("max_length", max_length)):
+        if value is not None and value < 1:
+            raise SentembConfigError(f"data.{key}={value} must be >= 1 (conf/data/).")
 
 
 class UnsupervisedTextDataModule(L.LightningDataModule):
@@ -78,6 +46,7 @@ class UnsupervisedTextDataModule(L.LightningDataModule):
         seed: int = 0,
     ) -> None:
         super().__init__()
+        check_batching(batch_size, max_length)
         self.corpus = Path(corpus)
         self.tokenizer = tokenizer
         self.batch_size = batch_size
@@ -85,20 +54,14 @@ class UnsupervisedTextDataModule(L.LightningDataModule):
         self.num_workers = num_workers
         self.shuffle = shuffle
         self.seed = seed
-        self.report: CorpusReport | None = None
         self.train_set: Dataset | None = None
         self._resumed_position: dict | None = None
-
-    def prepare_data(self) -> None:
-        if self.report is None:  # train.py has usually checked it already, before loading the model
-            self.report = check_corpus(self.corpus)
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is not None:
             return
-        if self.report is None:
-            self.report = check_corpus(self.corpus)
         text = load_dataset("text", data_files={"train": str(self.corpus)}, split="train")
+        lines = len(text)
         text = text.filter(lambda row: bool(row["text"].strip()), desc="drop blank lines")
         self.train_set = text.map(
             lambda rows: self.tokenizer(rows["text"], truncation=True, max_length=self.max_length),
@@ -106,9 +69,7 @@ class UnsupervisedTextDataModule(L.LightningDataModule):
             remove_columns=["text"],
             desc="tokenize",
         )
-        log.info(
-            "corpus %s: %d sentences, %d blank lines skipped", self.corpus, len(self.train_set), self.report.blank_lines
-        )
+        log.info("corpus %s: %d sentences, %d blank lines skipped", self.corpus, len(self.train_set), lines - len(text))
 
     def train_dataloader(self) -> StatefulDataLoader:
         """Shuffled by its own generator (the order never depends on dropout's RNG), and stateful: a resumed

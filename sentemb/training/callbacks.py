@@ -15,6 +15,8 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from sentemb.common.errors import SentembConfigError
+from sentemb.encoders.encoder import SentenceEncoder
 from sentemb.eval.sts import STSBenchmark
 
 log = logging.getLogger(__name__)
@@ -22,13 +24,18 @@ log = logging.getLogger(__name__)
 DEV_METRIC = "stsb/dev_spearman"
 
 
+def check_every_n_steps(every_n_steps: int) -> None:
+    """eval.every_n_steps: the dev evaluation's interval, >= 1."""
+    if every_n_steps < 1:
+        raise SentembConfigError(f"eval.every_n_steps={every_n_steps} must be >= 1, e.g. eval.every_n_steps=125")
+
+
 class STSBDevEvaluation(Callback):
     def __init__(
         self, stsb_dir: str | Path, every_n_steps: int = 125, batch_size: int = 128, at_start: bool = True
     ) -> None:
         super().__init__()
-        if every_n_steps < 1:
-            raise ValueError(f"eval.every_n_steps={every_n_steps} must be >= 1")
+        check_every_n_steps(every_n_steps)
         self.benchmark = STSBenchmark(Path(stsb_dir), splits=("dev",))
         self.every_n_steps = every_n_steps
         self.batch_size = batch_size
@@ -40,14 +47,14 @@ class STSBDevEvaluation(Callback):
         """(step, Spearman) of the best evaluation so far."""
         return max(self.history, key=lambda item: item[1], default=None)
 
-    def dev_spearman(self, pl_module: L.LightningModule) -> dict[str, float]:
-        """STS-B dev of `pl_module.encoder`; `report_best` calls this too, so both numbers are one computation."""
-        return self.benchmark.evaluate(pl_module.encoder, batch_size=self.batch_size, show_progress=True)["dev"]
+    def dev_spearman(self, encoder: SentenceEncoder) -> dict[str, float]:
+        """STS-B dev of `encoder`; `report_best` calls this too, so both numbers are one computation."""
+        return self.benchmark.evaluate(encoder, batch_size=self.batch_size, show_progress=True)["dev"]
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.at_start and trainer.global_step == 0:
             # the pre-training score, for the record; not a checkpoint candidate
-            initial = self.dev_spearman(pl_module)["spearman"]
+            initial = self.dev_spearman(pl_module.encoder)["spearman"]
             for logger in trainer.loggers:
                 logger.log_metrics({"stsb/dev_spearman_initial": initial}, step=0)
             log.info("before training: STS-B dev Spearman %.2f", initial)
@@ -58,7 +65,7 @@ class STSBDevEvaluation(Callback):
         at_end = trainer.is_last_batch or (trainer.max_steps > 0 and step >= trainer.max_steps)
         if not (at_cadence or at_end) or (self.history and self.history[-1][0] == step):
             return
-        scores = self.dev_spearman(pl_module)
+        scores = self.dev_spearman(pl_module.encoder)
         self.history.append((step, scores["spearman"]))
         metrics = {
             DEV_METRIC: scores["spearman"],

@@ -6,72 +6,22 @@ the exact encoder, pooling and loss it was trained with.
 
 from __future__ import annotations
 
-import re
+from collections.abc import Mapping
 from typing import Any
 
 import lightning as L
 import torch
-import torch.distributed as dist
 from hydra.utils import instantiate
+from omegaconf import DictConfig
 
-from sentemb.encoders.backbones import freeze_all_but_top_layers
-from sentemb.encoders.encoder import SentenceEncoder
+from sentemb.common.errors import TrainingDiverged
+from sentemb.common.hydra_plumbing import resolved_container
+from sentemb.encoders.build import build_encoder
 from sentemb.encoders.pooling import TrainingViews
-from sentemb.grad_cache import GradCache
 from sentemb.losses import LossOutput
-from sentemb.resume import rng_states, set_rng_states
-from sentemb.run_record import TrainingDiverged
-
-# checkpoints written before the encoder parts moved into sentemb/encoders/ name them by their old modules
-MOVED_TARGET = re.compile(r"^sentemb\.(backbones|encoder|pooling|prompt|hicl|sarcse)\.")
-
-
-def current_targets(node: Any) -> Any:
-    """`node` with every `_target_` of a moved module renamed (sentemb.pooling.X → sentemb.encoders.pooling.X)."""
-    if isinstance(node, dict):
-        return {
-            k: MOVED_TARGET.sub(r"sentemb.encoders.\1.", v) if k == "_target_" else current_targets(v)
-            for k, v in node.items()
-        }
-    return node
-
-
-def build_encoder(model: dict, pooling: dict, head: dict | None = None) -> SentenceEncoder:
-    """Backbone + tokenizer from `model`, pooling from `pooling` (sized to the backbone), optional `head`.
-
-    A head that makes the sentence vector itself (SARCSE) takes the pooling's place, or with HiCL
-    the place of the per-segment pooling.
-    """
-    model, pooling, head = current_targets(model), current_targets(pooling), current_targets(head)
-    dropout = model.get("dropout")  # checked by prepare_run
-    # dropout is SimCSE's augmentation: model.dropout sets the hidden and attention dropout of any BERT/RoBERTa
-    overrides = {} if dropout is None else {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
-    backbone = instantiate(model["backbone"], **overrides)
-    if model.get("trainable_layers") is not None:  # checked by prepare_run
-        freeze_all_but_top_layers(backbone, model["trainable_layers"])
-    tokenizer = instantiate(model["tokenizer"])
-    size = backbone.config.hidden_size
-    pooler = instantiate(pooling, hidden_size=size)
-    if head:
-        vectoriser = instantiate(head, hidden_size=size)
-        vectoriser.bind_tokenizer(tokenizer)
-        pooler = pooler.with_head(vectoriser)
-    return SentenceEncoder(backbone, tokenizer, pooler)
-
-
-def world_size() -> int:
-    """Processes in the default group (1 without torch.distributed)."""
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-
-
-def gather_with_grad(z: torch.Tensor) -> torch.Tensor:
-    """All ranks' embeddings, the local slice kept as the autograd-tracked tensor (SimCSE's trick)."""
-    if world_size() == 1:
-        return z
-    gathered = [torch.zeros_like(z) for _ in range(dist.get_world_size())]
-    dist.all_gather(gathered, z.contiguous())
-    gathered[dist.get_rank()] = z
-    return torch.cat(gathered)
+from sentemb.training.distributed import gather_with_grad, world_size
+from sentemb.training.grad_cache import GradCache
+from sentemb.training.resume import rng_states, set_rng_states
 
 
 class SentembModule(L.LightningModule):
@@ -82,7 +32,6 @@ class SentembModule(L.LightningModule):
         loss: dict[str, Any],
         optimizer: dict[str, Any],
         scheduler: dict[str, Any] | None = None,
-        gather_negatives: bool = True,
         head: dict[str, Any] | None = None,
         grad_cache: int | None = None,
     ) -> None:
@@ -90,11 +39,17 @@ class SentembModule(L.LightningModule):
         self.save_hyperparameters()
         self.encoder = build_encoder(model, pooling, head)
         self.loss = instantiate(loss)
-        self.gather_negatives = gather_negatives
         self.grad_cache = GradCache(grad_cache) if grad_cache else None
         # from_pretrained returns the backbone in eval mode and Lightning keeps submodule modes:
         # without this, dropout is off and the two views are identical (no SimCSE at all)
         self.train()
+
+    @classmethod
+    def from_config(cls, cfg: DictConfig | Mapping[str, Any]) -> SentembModule:
+        """The module of a composed train config (conf/train.yaml), or of its parts already resolved: the one way
+        train, tests and benchmarks build it."""
+        parts = ("model", "pooling", "loss", "optimizer", "scheduler", "head")
+        return cls(**{key: resolved_container(cfg.get(key)) for key in parts}, grad_cache=cfg.get("grad_cache"))
 
     def on_fit_start(self) -> None:
         self.encoder.pooling.prepare_training(self.encoder.tokenizer)  # e.g. SARCSE's corpus token frequencies
@@ -119,7 +74,7 @@ class SentembModule(L.LightningModule):
         """
         views = self.training_views(batch)
         z1, z2 = views.z1, views.z2
-        world = world_size() if self.gather_negatives else 1
+        world = world_size()
         if world > 1:
             z1, z2 = gather_with_grad(z1), gather_with_grad(z2)
         output: LossOutput = self.loss(z1, z2)
@@ -147,8 +102,9 @@ class SentembModule(L.LightningModule):
         """Both dropout views (unsup. SimCSE); with grad_cache, built from cached chunk outputs (grad_cache.py)."""
         if self.grad_cache is None:
             return self.encoder.training_views(batch)
-        rows = self.grad_cache.cached_rows(self.encoder, self.encoder.training_batch(batch))
-        return self.encoder.pooling.training_views(rows, batch["input_ids"].shape[0])
+        prepared = self.encoder.training_batch(batch)
+        rows = self.grad_cache.cached_rows(self.encoder, prepared)
+        return self.encoder.pooling.training_views(rows, prepared, batch["input_ids"].shape[0])
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """Lightning's backward (the loss arrives already scaled under 16-mixed); GradCache then replays its chunks."""

@@ -1,0 +1,1 @@
+"""What every part shares and that depends on no other part: the error type, where data lives, Hydra plumbing."""

@@ -1,0 +1,1 @@
+"""Text → batches: the corpus check and the training datamodule."""

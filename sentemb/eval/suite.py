@@ -1,0 +1,148 @@
+"""SentEval's STS and transfer tasks for a checkpoint or any HF model (`python -m sentemb.evaluate`, and export).
+
+Writes `results.json` and `results.md` into the run directory and prints the tables. All
+task data is read (and checked) before the model is loaded; every distinct sentence of
+every requested task is encoded once, through the same `encode()` training uses.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, ListConfig
+
+from sentemb.common.errors import SentembConfigError
+from sentemb.common.hydra_plumbing import resolved_container, target_name
+from sentemb.common.paths import resolve_data_root
+from sentemb.encoders.build import build_encoder, load_checkpoint_encoder
+from sentemb.encoders.encoder import SentenceEncoder
+from sentemb.eval.cache import EmbeddingCache
+from sentemb.eval.figures import similarity_density_figure
+from sentemb.eval.geometry import alignment_uniformity
+from sentemb.eval.report import markdown_report
+from sentemb.eval.sts import STS_TASKS, load_sts_task, pairwise_cosine, score_sts_task, table_score
+from sentemb.eval.transfer import TRANSFER_TASKS, check_mode, load_transfer_task, run_transfer_task, transfer_sentences
+from sentemb.runs.wandb_runs import wandb_mode
+
+TASK_GROUPS = {"sts": list(STS_TASKS), "transfer": list(TRANSFER_TASKS), "all": [*STS_TASKS, *TRANSFER_TASKS]}
+
+
+def resolve_tasks(spec: str | list[str]) -> list[str]:
+    """`sts`, `transfer`, `all`, or task names (a list or comma-separated)."""
+    if isinstance(spec, ListConfig | list | tuple):
+        names = [str(n) for n in spec]
+    else:
+        names = [n.strip() for n in str(spec).split(",") if n.strip()]
+    tasks: list[str] = []
+    valid = [*TASK_GROUPS, *STS_TASKS, *TRANSFER_TASKS]
+    for name in names:
+        if name in TASK_GROUPS:
+            tasks += TASK_GROUPS[name]
+        elif name in valid:
+            tasks.append(name)
+        else:
+            raise SentembConfigError(f"tasks: unknown task {name!r}. Valid: {', '.join(valid)}")
+    return list(dict.fromkeys(tasks))
+
+
+def load_encoder(cfg: DictConfig, device: torch.device) -> tuple[SentenceEncoder, dict[str, Any], dict[str, Any]]:
+    """The checkpoint's own encoder + pooling, or model= with pooling=: (encoder, its source for the record,
+    the checkpoint's hyper-parameters or {})."""
+    if cfg.checkpoint:
+        path = Path(cfg.checkpoint).expanduser()
+        if not path.is_file():
+            raise SentembConfigError(f"checkpoint={path} does not exist. Fix: pass a .ckpt written by sentemb.train.")
+        encoder, hparams = load_checkpoint_encoder(path, device)
+        source = {"checkpoint": str(path), **{key: hparams.get(key) for key in ("model", "pooling", "head")}}
+        return encoder, source, hparams
+    model, pooling = resolved_container(cfg.model), resolved_container(cfg.pooling)
+    head = resolved_container(cfg.get("head"))  # sentemb.export takes head=sarcse (an untrained head)
+    return build_encoder(model, pooling, head).to(device), {"model": model, "pooling": pooling, "head": head}, {}
+
+
+def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
+    tasks = resolve_tasks(cfg.tasks)
+    senteval_dir = resolve_data_root(cfg.paths.data_dir) / "senteval" / "downstream"
+    sts_data = {task: load_sts_task(senteval_dir, task, cfg.sts_splits) for task in tasks if task in STS_TASKS}
+    transfer_data = {task: load_transfer_task(senteval_dir, task) for task in tasks if task in TRANSFER_TASKS}
+    if transfer_data:
+        check_mode(cfg.mode)  # before the model loads
+    figure_pairs = load_sts_task(senteval_dir, "STSBenchmark", ["test"])["test"] if cfg.figure else None
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device)
+
+    encoder, source, _ = load_encoder(cfg, device)
+    cache = EmbeddingCache(encoder, batch_size=cfg.batch_size, max_length=cfg.max_length)
+    cache.prefetch(
+        [s for subsets in sts_data.values() for pairs in subsets.values() for s in pairs.first + pairs.second]
+        + [s for data in transfer_data.values() for s in transfer_sentences(data)]
+        + (figure_pairs.first + figure_pairs.second if figure_pairs else [])
+    )
+
+    results: dict[str, Any] = {"source": source, "tasks": tasks, "sentences_encoded": len(cache)}
+    if sts_data:
+        results["sts"] = {task: score_sts_task(subsets, cache) for task, subsets in sts_data.items()}
+        table = {task: table_score(task, result) for task, result in results["sts"].items()}
+        results["sts_table"] = {task: score for task, score in table.items() if score is not None}
+    if cfg.align_uniform_split in sts_data.get("STSBenchmark", {}):
+        pairs = sts_data["STSBenchmark"][cfg.align_uniform_split]
+        results["alignment_uniformity"] = {"split": cfg.align_uniform_split, **alignment_uniformity(pairs, cache)}
+
+    if transfer_data:
+        results["transfer_mode"] = cfg.mode
+        results["transfer"] = {
+            task: run_transfer_task(task, data, cache, cfg.mode, cfg.jobs, cfg.mrpc_features)
+            for task, data in transfer_data.items()
+        }
+    if figure_pairs:
+        figure = output_dir / "stsb_test_similarity_density.png"
+        output_dir.mkdir(parents=True, exist_ok=True)
+        cosines = pairwise_cosine(cache(figure_pairs.first), cache(figure_pairs.second))
+        counts = similarity_density_figure(cosines, figure_pairs.gold, figure, f"STS-B test: {describe(source)}")
+        results["figure"] = {"path": str(figure), "pairs_per_bucket": counts}
+    report = markdown_report(results)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    (output_dir / "results.md").write_text(report + "\n")
+    print("\n" + report + f"\n(written to {output_dir}/results.json and results.md)")
+    log_to_wandb(results, cfg, output_dir)
+    return results
+
+
+def describe(source: dict[str, Any]) -> str:
+    pooling = target_name(source["pooling"]) or "?"
+    path = Path(source.get("checkpoint") or source["model"].get("name_or_path", "?"))
+    name = path.parent.name if path.name == "model" else path.name  # a packaged model's folder is called model/
+    head = target_name(source.get("head"))
+    return f"{name}, {pooling}" + (f" + {head}" if head else "")
+
+
+def flat_metrics(results: dict[str, Any]) -> dict[str, float]:
+    """eval/<task> table numbers, eval/<task>/<subset>_spearman, transfer accuracies, alignment/uniformity."""
+    metrics = {f"eval/{task}": score for task, score in results.get("sts_table", {}).items()}
+    for task, result in results.get("sts", {}).items():
+        metrics |= {f"eval/{task}/{name}_spearman": s["spearman"] for name, s in result["subsets"].items()}
+    metrics |= {f"eval/{task}_acc": r["acc"] for task, r in results.get("transfer", {}).items()}
+    au = results.get("alignment_uniformity", {})
+    metrics |= {f"eval/{key}": au[key] for key in ("alignment", "uniformity") if key in au}
+    return metrics
+
+
+def log_to_wandb(results: dict[str, Any], cfg: DictConfig, output_dir: Path) -> None:
+    """Into the active W&B run, or the one named by wandb_run_id (resumed; offline unless configured online)."""
+    import wandb
+
+    run = wandb.run
+    if run is None and cfg.get("wandb_run_id"):
+        run = wandb.init(
+            project=cfg.wandb_project, id=cfg.wandb_run_id, resume="allow", dir=output_dir, mode=wandb_mode()
+        )
+    if run is None:
+        return
+    run.summary.update(flat_metrics(results))
+    if "figure" in results:
+        run.log({"eval/stsb_test_similarity_density": wandb.Image(results["figure"]["path"])})
+    if cfg.get("wandb_run_id"):
+        run.finish()

@@ -1,0 +1,1 @@
+"""What runs leave behind: run records, W&B naming and offline logs, sweep reports and their winner."""

@@ -1,0 +1,260 @@
+"""A sweep's `metrics.json` files → one answer (`python -m sentemb.sweep_report`, and after every multirun).
+
+Writes into the sweep directory:
+- `sweep.csv`: a row per job: its swept values, seed, status, metrics, wall time, message;
+- `sweep.md`: configurations (jobs that differ only in `seed` form one row) sorted by mean best
+  STS-B dev, mean ± std over seeds with n; the lead over the runner-up against the seed noise;
+  failed and diverged jobs with their messages;
+- `sweep_<param>.png` per swept numeric parameter (the paradigm paper's Figure 6): mean best dev
+  against the parameter, one line per value of the other swept parameter with the most values,
+  error bars = std over the jobs in each point (seeds, and a third parameter if any);
+- `sweep_heatmap.png`: mean best dev over the two swept parameters with the most values;
+- `best_overrides.txt`: the winning configuration's overrides (`from_sweep=<dir>` applies them).
+
+It also runs by itself at the end of every multirun (`SweepReportCallback`, a Hydra callback in
+conf/train.yaml) and logs its table and figures to W&B, in the sweep's group.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from sentemb.common.errors import SentembConfigError
+from sentemb.runs.jobs import current_hydra, job_overrides, override_key
+from sentemb.runs.record import RECORD_NAME, read_records
+from sentemb.runs.sweep_figures import figures
+from sentemb.runs.wandb_runs import wandb_mode
+
+DEV, TEST, STEP = "stsb/best_dev_spearman", "stsb/test_spearman", "stsb/best_step"
+
+
+def job_rows(sweep_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """A row per job and the swept parameters (keys whose override differs between jobs, or that a sweep swept)."""
+    records = read_records(sweep_dir)
+    if not records:
+        raise SentembConfigError(
+            f"{sweep_dir}: no {RECORD_NAME} below it. Fix: pass a multirun directory of `python -m sentemb.train -m`."
+        )
+    values: list[dict[str, str]] = [
+        {override_key(o): o.split("=", 1)[1] for o in record.get("overrides", [])} for _, record in records
+    ]
+    keys = {k for v in values for k in v}
+    varying = {k for k in keys if len({v.get(k) for v in values}) > 1}
+    swept = varying | {k for _, record in records for k in record.get("swept", {})}
+    params = [k for k in dict.fromkeys(k for v in values for k in v) if k in swept and k != "seed"]
+    rows = []
+    for (directory, record), overrides in zip(records, values, strict=True):
+        metrics = record.get("metrics") or {}
+        rows.append(
+            {
+                "job": directory.name,
+                **{p: overrides.get(p, "") for p in params},
+                "seed": record.get("seed"),
+                "status": record["status"],
+                "best_dev": metrics.get(DEV),
+                "best_step": metrics.get(STEP),
+                "test": metrics.get(TEST),
+                "wall_time_s": record.get("wall_time_s"),
+                "wandb_name": (record.get("wandb") or {}).get("name", ""),
+                "message": record.get("message", ""),
+            }
+        )
+    return rows, params
+
+
+def configurations(rows: list[dict[str, Any]], params: list[str]) -> list[dict[str, Any]]:
+    """Finished jobs grouped by their swept values (seeds pooled), best mean dev first."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for row in rows:
+        if row["status"] == "ok" and row["best_dev"] is not None:
+            groups.setdefault(tuple(row[p] for p in params), []).append(row)
+    out = []
+    for key, members in groups.items():
+        dev = [m["best_dev"] for m in members]
+        test = [m["test"] for m in members if m["test"] is not None]
+        out.append(
+            {
+                **dict(zip(params, key, strict=True)),
+                "dev_mean": statistics.fmean(dev),
+                "dev_std": statistics.stdev(dev) if len(dev) > 1 else math.nan,
+                "test_mean": statistics.fmean(test) if test else math.nan,
+                "test_std": statistics.stdev(test) if len(test) > 1 else math.nan,
+                "step_mean": statistics.fmean(m["best_step"] for m in members),
+                "n": len(members),
+                "seeds": sorted(m["seed"] for m in members),
+            }
+        )
+    return sorted(out, key=lambda c: -c["dev_mean"])
+
+
+def pooled_seed_std(configs: list[dict[str, Any]]) -> tuple[float, int]:
+    """√(Σ (n_i − 1) s_i² / Σ (n_i − 1)) over configurations run with several seeds; (nan, 0) if none."""
+    dof = sum(c["n"] - 1 for c in configs if c["n"] > 1)
+    if not dof:
+        return math.nan, 0
+    return math.sqrt(sum((c["n"] - 1) * c["dev_std"] ** 2 for c in configs if c["n"] > 1) / dof), dof
+
+
+def _pm(mean: float, std: float) -> str:
+    return "–" if math.isnan(mean) else f"{mean:.2f}" if math.isnan(std) else f"{mean:.2f} ± {std:.2f}"
+
+
+def markdown(sweep_dir: Path, rows: list[dict[str, Any]], params: list[str], configs: list[dict[str, Any]]) -> str:
+    counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "failed", "diverged")}
+    lines = [
+        f"# Sweep {sweep_dir.name}",
+        "",
+        f"{len(rows)} jobs: {counts['ok']} ok, {counts['failed']} failed, {counts['diverged']} diverged. "
+        f"Swept: {', '.join(f'`{p}`' for p in params) or 'nothing but the seed'}. "
+        "STS-B Spearman ×100 of each job's best dev checkpoint; mean ± std over seeds.",
+        "",
+        "| rank | " + " | ".join(params) + " | best dev | test | best step | n | seeds |",
+        "|---|" + "---|" * len(params) + "---|---|---|---|---|",
+    ]
+    for rank, c in enumerate(configs, start=1):
+        cells = [c[p] for p in params]
+        lines.append(
+            f"| {rank} | " + " | ".join(cells) + f" | {_pm(c['dev_mean'], c['dev_std'])} | "
+            f"{_pm(c['test_mean'], c['test_std'])} | {c['step_mean']:.0f} | {c['n']} | "
+            + ", ".join(str(s) for s in c["seeds"])
+            + " |"
+        )
+    lines.append("")
+    noise, dof = pooled_seed_std(configs)
+    if len(configs) > 1:
+        lead = configs[0]["dev_mean"] - configs[1]["dev_mean"]
+        if dof:
+            verdict = "larger" if lead > 2 * noise * math.sqrt(2 / configs[0]["n"]) else "not larger"
+            lines.append(
+                f"The best configuration leads the runner-up by {lead:.2f} points; the pooled seed std is "
+                f"{noise:.2f} ({dof} degrees of freedom), so the lead is {verdict} than two standard errors "
+                "of a difference of means."
+            )
+        else:
+            lines.append(
+                f"The best configuration leads the runner-up by {lead:.2f} points. One seed per configuration: "
+                "no seed noise is measured (add `seed=1,2,3` to the sweep to measure it)."
+            )
+    bad = [r for r in rows if r["status"] != "ok"]
+    if bad:
+        lines += [
+            "",
+            "## Failed and diverged jobs",
+            "",
+            "| job | " + " | ".join(params) + " | seed | status | message |",
+        ]
+        lines.append("|---|" + "---|" * len(params) + "---|---|---|")
+        for r in bad:
+            message = str(r["message"]).replace("|", "\\|").replace("\n", " ")[:300]
+            lines.append(
+                f"| {r['job']} | " + " | ".join(r[p] for p in params) + f" | {r['seed']} | {r['status']} | {message} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    import csv
+
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def write_report(sweep_dir: Path) -> dict[str, Any]:
+    """Read every job's metrics.json below `sweep_dir`, write the report files; returns what it wrote."""
+    sweep_dir = Path(sweep_dir)
+    rows, params = job_rows(sweep_dir)
+    configs = configurations(rows, params)
+    write_csv(sweep_dir / "sweep.csv", rows)
+    report = markdown(sweep_dir, rows, params, configs)
+    (sweep_dir / "sweep.md").write_text(report, encoding="utf-8")
+    if configs:
+        (sweep_dir / "best_overrides.txt").write_text("\n".join(as_overrides(configs[0], params)) + "\n")
+    pngs = figures(sweep_dir, rows, params)
+    return {"rows": rows, "params": params, "configurations": configs, "markdown": report, "figures": pngs}
+
+
+def winner_overrides(sweep_dir: Path) -> list[str]:
+    """The best configuration's overrides of a finished sweep (stage 1 → stage 2 of the paradigm paper's grid)."""
+    rows, params = job_rows(Path(sweep_dir))
+    configs = configurations(rows, params)
+    if not configs:
+        raise SentembConfigError(f"from_sweep={sweep_dir}: no job of that sweep finished. Fix: name a finished sweep.")
+    return as_overrides(configs[0], params)
+
+
+def as_overrides(config: dict[str, Any], params: list[str]) -> list[str]:
+    """A configuration's swept values as `key=value` overrides."""
+    return [f"{p}={config[p]}" for p in params]
+
+
+def log_to_wandb(result: dict[str, Any], project: str, group: str, directory: Path) -> None:
+    """One extra run in the sweep's group (job_type sweep-report): the table and the figures."""
+    import wandb
+
+    run = wandb.init(
+        project=project, group=group, name=f"{group} report", job_type="sweep-report", dir=directory, mode=wandb_mode()
+    )
+    columns = list(result["rows"][0])
+    run.log({"sweep/jobs": wandb.Table(columns=columns, data=[[r[c] for c in columns] for r in result["rows"]])})
+    run.log({f"sweep/{png.stem}": wandb.Image(str(png)) for png in result["figures"]})
+    run.summary["sweep/markdown"] = result["markdown"]
+    run.finish()
+
+
+class SweepReportCallback(Callback):
+    """Hydra callback: the report (and its W&B run) at the end of every multirun."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        try:
+            result = write_report(sweep_dir)
+        except SentembConfigError as err:  # e.g. every job failed before writing anything
+            print(f"sentemb: no sweep report: {err}", file=sys.stderr)
+            return
+        print(f"\n{result['markdown']}\n(sweep report in {sweep_dir})")
+        wandb_cfg = (config.get("logger") or {}).get("wandb")
+        if wandb_cfg:
+            log_to_wandb(result, str(wandb_cfg.project), str(config.get("sweep_name") or sweep_dir.name), sweep_dir)
+
+
+def sqlite_storage(directory: str) -> str:
+    """An Optuna sqlite URL in `directory`, created now: the sweeper opens it before Hydra makes the sweep dir."""
+    folder = Path(directory).expanduser().resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{folder / 'optuna.db'}"
+
+
+def apply_sweep_winner(cfg: DictConfig) -> list[str]:
+    """`from_sweep=<dir>`: set the best configuration of that finished sweep, except keys this job overrides itself.
+
+    Values only (e.g. data.batch_size, optimizer.lr): a config group cannot change after composition.
+    """
+    source = cfg.get("from_sweep")
+    if not source:
+        return []
+    hydra_cfg = current_hydra()
+    own = {override_key(o) for o in job_overrides(hydra_cfg)}
+    groups = set(hydra_cfg.runtime.choices) if hydra_cfg is not None else set()
+    applied = []
+    for override in OverridesParser.create().parse_overrides(winner_overrides(Path(str(source)).expanduser())):
+        key = override.key_or_group
+        if key in own:
+            continue
+        if key in groups or OmegaConf.select(cfg, key, default=None) is None:
+            raise SentembConfigError(
+                f"from_sweep={source}: its winner sets {key}={override.value()}, which is not a value of this "
+                f"config (a config group or an unknown key). Fix: pass {key}=... on the command line instead."
+            )
+        OmegaConf.update(cfg, key, override.value(), merge=False)
+        applied.append(f"{key}={override.value()}")
+    return applied

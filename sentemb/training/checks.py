@@ -1,0 +1,45 @@
+"""The pre-run checks: every part's own check, cheapest first, before any model loads.
+
+Each check lives beside the code it guards (the loss's and pooling's constructors, the pooling's
+`with_head`, the backbone's `check_model`, GradCache's `check_chunk`, ...); this only calls them
+in order.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from sentemb.common.errors import SentembConfigError
+from sentemb.common.hydra_plumbing import instantiate_checked
+from sentemb.common.paths import resolve_data_root
+from sentemb.data.corpus import CorpusReport, check_corpus
+from sentemb.data.datamodule import check_batching
+from sentemb.encoders.backbones import check_model
+from sentemb.training.callbacks import check_every_n_steps
+from sentemb.training.grad_cache import check_chunk
+from sentemb.training.resume import check_checkpoint_path
+
+TOY_SIZE = 8  # poolings and heads are built at this width to run their constructors' checks in milliseconds
+
+
+def prepare_run(cfg: DictConfig) -> CorpusReport:
+    """Validate the config and the data it names, cheapest first; nothing here loads a model.
+
+    Fills in `paths.data_dir` with the data root actually found, so the logged config says
+    where the data came from.
+    """
+    if not cfg.get("loss"):
+        raise SentembConfigError("loss: no objective configured. Fix: pick one, e.g. loss=infonce")
+    instantiate_checked(cfg.loss)  # each objective validates its own hyper-parameters (e.g. τ > 0)
+    pooling = instantiate_checked(cfg.pooling, hidden_size=TOY_SIZE)  # its template and MLP options
+    if cfg.get("head"):  # the head's own options, then whether the pooling accepts it
+        pooling.with_head(instantiate_checked(cfg.head, hidden_size=TOY_SIZE, special_ids=[]))
+    check_model(cfg.model)
+    check_chunk(cfg.get("grad_cache"), cfg.data.batch_size)
+    check_checkpoint_path(cfg.get("ckpt_path"))
+    check_batching(cfg.data.get("batch_size"), cfg.data.get("max_length"))
+    check_every_n_steps(cfg.eval.every_n_steps)
+    cfg.paths.data_dir = str(resolve_data_root(cfg.paths.data_dir))
+    return check_corpus(Path(cfg.data.corpus).expanduser())
