@@ -215,3 +215,26 @@ def test_checkpoints_naming_the_encoder_modules_before_they_moved_still_build():
     }  # fmt: skip
     encoder = build_encoder(model, {"_target_": "sentemb.hicl.HiCLPooling"}, {"_target_": "sentemb.sarcse.SARCSEHead"})
     assert isinstance(encoder.pooling, HiCLPooling) and isinstance(encoder.pooling.segment_pooling, SARCSEHead)
+
+
+def test_a_checkpoint_written_before_the_restructuring_loads_and_embeds_alike(tiny_overrides, tmp_path):
+    # before: sentemb.hicl.HiCLPooling with train_max_length, SentembModule(gather_negatives=...); exported
+    # folders' sentemb_config.json carry the same pooling dict, and load through the same build_encoder
+    import torch
+
+    from sentemb.encoders.build import load_checkpoint_encoder
+    from sentemb.training.module import SentembModule
+    from tests.test_train import run
+
+    path = run([*tiny_overrides, "pooling=hicl", "pooling.slice_len=4", "trainer.max_steps=2"], tmp_path)
+    checkpoint = torch.load(path["best_checkpoint"], weights_only=False)
+    hparams = checkpoint["hyper_parameters"]
+    hparams["pooling"] = {**hparams["pooling"], "_target_": "sentemb.hicl.HiCLPooling", "train_max_length": 512}
+    hparams["gather_negatives"] = True
+    old = tmp_path / "old.ckpt"
+    torch.save(checkpoint, old)
+    sentences = ["a man is playing a guitar on the corner of a busy street .", "hi"]
+    expected = load_checkpoint_encoder(path["best_checkpoint"])[0].encode(sentences)
+    # exact: the same weights through the same encode()
+    assert (load_checkpoint_encoder(old)[0].encode(sentences) == expected).all()
+    assert (SentembModule.load_from_checkpoint(old, weights_only=False).encoder.encode(sentences) == expected).all()

@@ -75,6 +75,13 @@ class GatedObjective(Objective):
         d = margin_indicator(s.detach(), self.m)
         return gate_anchors(h1, d), d
 
+    def decorrelation_reference(self, h1: torch.Tensor, h2: torch.Tensor, kind: str, nu: float) -> LossOutput:
+        """The public code's original Barlow Twins / VICReg branch: linear weights, no w_w or w_r (reference.py)."""
+        loss, parts = public_code.decorrelation_loss(
+            h1, h2, kind=kind, gd=self.gd == "margin", weights="linear", ratio=None, m=self.m, tau=1.0, power=4.0, nu=nu
+        )
+        return public_code.with_telemetry(loss, parts, h1, h2)
+
 
 def alignment(h1: torch.Tensor, h2: torch.Tensor) -> torch.Tensor:
     """L^a = (1/N) Σ_i ‖h_i − h'_i‖²."""
@@ -163,19 +170,7 @@ class BarlowTwins(GatedObjective):
         return LossOutput(loss, paradigm_stats(s.detach(), h1.detach(), h2.detach(), gd=d))
 
     def reference(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
-        loss, parts = public_code.decorrelation_loss(
-            h1,
-            h2,
-            kind="barlow",
-            gd=self.gd == "margin",
-            weights="linear",
-            ratio=None,
-            m=self.m,
-            tau=1.0,
-            power=4.0,
-            nu=self.nu,
-        )
-        return public_code.with_telemetry(loss, parts, h1, h2)
+        return self.decorrelation_reference(h1, h2, "barlow", self.nu)
 
 
 class VICReg(GatedObjective):
@@ -210,19 +205,7 @@ class VICReg(GatedObjective):
         return LossOutput(loss, paradigm_stats(s.detach(), h1.detach(), h2.detach(), gd=d))
 
     def reference(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
-        loss, parts = public_code.decorrelation_loss(
-            h1,
-            h2,
-            kind="vicreg",
-            gd=self.gd == "margin",
-            weights="linear",
-            ratio=None,
-            m=self.m,
-            tau=1.0,
-            power=4.0,
-            nu=self.nu1,
-        )
-        return public_code.with_telemetry(loss, parts, h1, h2)
+        return self.decorrelation_reference(h1, h2, "vicreg", self.nu1)
 
 
 def batch_standardize(x: torch.Tensor) -> torch.Tensor:
