@@ -68,7 +68,8 @@ class Pooling(nn.Module):
         return {}
 
     def training_views(self, rows: dict[str, torch.Tensor], batch: dict[str, torch.Tensor], n: int) -> TrainingViews:
-        """The doubled batch's rows → the two views of its n sentences (first half is view 1)."""
+        """The doubled batch's rows → the two views of its n sentences (first half is view 1); `batch` is the
+        prepared doubled batch those rows came from (HiCL reads its segments' owners there)."""
         embedding = rows["embedding"]
         return TrainingViews(embedding[:n], embedding[n:], self.contrastive_weight, self.auxiliary_terms(rows, n))
 
