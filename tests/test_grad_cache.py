@@ -10,11 +10,12 @@ import torch
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.training.checks import prepare_run
-from sentemb.training.grad_cache import row_chunks
+from sentemb.training.grad_cache import GradCache, row_chunks, take_rows, token_chunks
 from sentemb.training.module import SentembModule
 from tests.conftest import compose_train
 
 BATCH, CHUNK = 32, 8
+TOKENS = 150  # real tokens a chunk: ~6-10 rows of these sentences, so a batch of 64 rows makes several chunks
 VARIANTS = {
     "cls": [],
     "mean": ["pooling=mean"],
@@ -31,8 +32,10 @@ def sentences(data_root: Path) -> list[str]:
     return [line for line in lines if line.strip()][:BATCH]
 
 
-def build(overrides: list[str], tmp_path: Path, grad_cache: int | None) -> SentembModule:
-    cfg = compose_train(["model=tiny", *overrides, f"grad_cache={grad_cache or 'null'}"], tmp_path)
+def build(overrides: list[str], tmp_path: Path, grad_cache: int | str | None) -> SentembModule:
+    """`grad_cache`: a sentence count, an override (e.g. 'grad_cache.tokens=150') or None (plain steps)."""
+    chunking = grad_cache if isinstance(grad_cache, str) else f"grad_cache={grad_cache or 'null'}"
+    cfg = compose_train(["model=tiny", *overrides, chunking], tmp_path)
     torch.manual_seed(0)  # the same weights for the plain and the cached module
     module = SentembModule.from_config(cfg)
     module.on_fit_start()  # SARCSE's token frequencies
@@ -65,22 +68,20 @@ def test_cached_step_equals_plain_step_without_dropout(variant, sentences, small
 
 def replayed_rows_equal_the_first_pass(module: SentembModule) -> None:
     pending = module.grad_cache.pending
-    start = 0
-    for chunk, context in zip(pending.chunks, pending.contexts, strict=True):
+    for chunk, index, context in zip(pending.chunks, pending.indices, pending.contexts, strict=True):
         with context.replay(), torch.no_grad():
             replayed = module.encoder.training_rows(chunk)
-        size = chunk["input_ids"].shape[0]
         for name, rows in replayed.items():  # the same masks: bit for bit, not merely close
-            assert torch.equal(rows, pending.rows[name][start : start + size]), name
-        start += size
+            assert torch.equal(rows, pending.rows[name][index]), name
 
 
+@pytest.mark.parametrize("chunking", ["sentences", "tokens"])
 @pytest.mark.parametrize("variant", ["cls", "hicl+sarcse"])
 def test_replay_redraws_no_mask_and_gradients_equal_the_chunked_forward_with_graph(
-    variant, sentences, small_corpus, tmp_path
+    variant, chunking, sentences, small_corpus, tmp_path
 ):
     overrides = [*VARIANTS[variant], "model.dropout=0.2", f"data.corpus={small_corpus}"]
-    module = build(overrides, tmp_path, CHUNK)
+    module = build(overrides, tmp_path, CHUNK if chunking == "sentences" else f"grad_cache.tokens={TOKENS}")
     batch = dict(module.encoder.tokenizer(sentences, padding=True, return_tensors="pt"))
     n = batch["input_ids"].shape[0]
 
@@ -94,11 +95,14 @@ def test_replay_redraws_no_mask_and_gradients_equal_the_chunked_forward_with_gra
     module.zero_grad()
     torch.manual_seed(7)
     prepared = module.encoder.training_batch(batch)
-    outputs = [module.encoder.training_rows(chunk) for chunk in row_chunks(prepared, 2 * CHUNK)]
-    rows = {name: torch.cat([out[name] for out in outputs]) for name in outputs[0]}
+    indices = module.grad_cache.chunk_indices(prepared)
+    outputs = [module.encoder.training_rows(take_rows(prepared, index)) for index in indices]
+    where = torch.argsort(torch.cat(indices))  # chunk order → row order
+    rows = {name: torch.cat([out[name] for out in outputs])[where] for name in outputs[0]}
     views = module.encoder.pooling.training_views(rows, prepared, n)
     reference = views.global_weight * module.loss(views.z1, views.z2).loss
-    reference = reference + sum(weight * value for weight, value in views.auxiliary.values())
+    for weight, value in views.auxiliary.values():  # added one by one, as step_loss does (float sums: same order)
+        reference = reference + weight * value
     reference.backward()
     torch.testing.assert_close(total.detach(), reference.detach(), rtol=0, atol=0)  # one computation, twice
     for name, grad in cached.items():
@@ -163,3 +167,43 @@ def test_the_global_rng_moves_on_as_after_the_first_pass(sentences, tmp_path):
 def test_bad_grad_cache_is_refused_before_loading(value, tmp_path):
     with pytest.raises(SentembConfigError, match=rf"grad_cache={value if value != 'true' else 'True'}\b"):
         prepare_run(compose_train(["model=tiny", f"grad_cache={value}"], tmp_path))
+
+
+def test_token_chunks_are_sorted_dense_and_cover_every_row_once():
+    lengths = torch.tensor([3, 9, 4, 12, 2, 7, 30, 5])
+    mask = (torch.arange(30)[None, :] < lengths[:, None]).long()
+    chunks = token_chunks(mask, budget=16)
+    assert sorted(torch.cat(chunks).tolist()) == list(range(8))
+    assert [lengths[c].tolist() for c in chunks] == [[30], [12], [9, 7], [5, 4, 3, 2]]  # longest first, greedy
+    assert all(lengths[c].sum() <= 16 or len(c) == 1 for c in chunks), "over budget only as a row alone"
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_token_budget_step_equals_plain_step_without_dropout(variant, sentences, small_corpus, tmp_path):
+    overrides = [*VARIANTS[variant], "model.dropout=0.0", f"data.corpus={small_corpus}"]
+    plain, cached = build(overrides, tmp_path, None), build(overrides, tmp_path, f"grad_cache.tokens={TOKENS}")
+    batch = dict(plain.encoder.tokenizer(sentences, padding=True, return_tensors="pt"))
+    indices = cached.grad_cache.chunk_indices(cached.encoder.training_batch(batch))
+    assert len(indices) >= 4, "the batch is really chunked"
+    assert not torch.equal(torch.cat(indices), torch.arange(sum(map(len, indices)))), "rows really reordered"
+    assert_same_step(step(cached, batch), step(plain, batch), variant)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("grad_cache.tokens=0", r"grad_cache.tokens=0 must be a whole number of real tokens"),
+        ("+grad_cache.rows=4", r"grad_cache.rows: unknown key"),
+    ],
+)
+def test_bad_token_budget_is_refused_before_loading(override, message, tmp_path):
+    with pytest.raises(SentembConfigError, match=message):
+        prepare_run(compose_train(["model=tiny", override], tmp_path))
+
+
+def test_sentences_and_tokens_together_are_refused(tmp_path):
+    cfg = compose_train(["model=tiny", "grad_cache.sentences=8", "grad_cache.tokens=100"], tmp_path)
+    with pytest.raises(SentembConfigError, match=r"chunk by one of them"):
+        prepare_run(cfg)
+    assert GradCache.from_config({"sentences": None, "tokens": None}) is None
+    assert GradCache.from_config(8).sentences == 8  # the short form grad_cache=8, and checkpoints written with it

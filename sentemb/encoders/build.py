@@ -51,7 +51,7 @@ def build_encoder(model: dict, pooling: dict, head: dict | None = None) -> Sente
     pooler = instantiate_checked(pooling, hidden_size=size)
     if head:
         pooler = pooler.with_head(instantiate_checked(head, hidden_size=size, special_ids=tokenizer.all_special_ids))
-    return SentenceEncoder(backbone, tokenizer, pooler)
+    return SentenceEncoder(backbone, tokenizer, pooler, padding_free=model.get("padding_free", True))
 
 
 def load_checkpoint_encoder(path: str | Path, device: torch.device | str = "cpu") -> tuple[SentenceEncoder, dict]:

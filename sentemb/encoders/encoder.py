@@ -14,15 +14,28 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from sentemb.encoders.padding_free import enable_padding_free, padding_free_states
 from sentemb.encoders.pooling import Pooling, TrainingViews
+
+BACKBONE_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 class SentenceEncoder(nn.Module):
-    def __init__(self, backbone: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, pooling: Pooling) -> None:
+    """`padding_free` (model.padding_free): the backbone computes only real tokens (encoders/padding_free.py) where
+    it is a BERT or RoBERTa; other backbones keep padded batches (one log line says so)."""
+
+    def __init__(
+        self,
+        backbone: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        pooling: Pooling,
+        padding_free: bool = True,
+    ) -> None:
         super().__init__()
         self.backbone = backbone
         self.pooling = pooling
         self.tokenizer = tokenizer
+        self.padding_free = padding_free and enable_padding_free(backbone)
 
     @property
     def hidden_size(self) -> int:
@@ -34,7 +47,9 @@ class SentenceEncoder(nn.Module):
         return self.backbone_states(batch), batch
 
     def backbone_states(self, prepared: dict[str, torch.Tensor]) -> torch.Tensor:
-        inputs = {k: v for k, v in prepared.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+        inputs = {k: v for k, v in prepared.items() if k in BACKBONE_INPUTS}
+        if self.padding_free:
+            return padding_free_states(self.backbone, inputs)
         return self.backbone(**inputs).last_hidden_state
 
     def training_batch(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -1,7 +1,7 @@
 """The pre-run checks: every part's own check, cheapest first, before any model loads.
 
 Each check lives beside the code it guards (the loss's and pooling's constructors, the pooling's
-`with_head`, the backbone's `check_model`, GradCache's `check_chunk`, ...); this only calls them
+`with_head`, the backbone's `check_model`, GradCache's `check_grad_cache`, ...); this only calls them
 in order.
 """
 
@@ -18,7 +18,7 @@ from sentemb.data.corpus import CorpusReport, check_corpus
 from sentemb.data.datamodule import check_batching
 from sentemb.encoders.backbones import check_model
 from sentemb.training.callbacks import check_every_n_steps
-from sentemb.training.grad_cache import check_chunk
+from sentemb.training.grad_cache import check_grad_cache
 from sentemb.training.resume import check_checkpoint_path
 
 TOY_SIZE = 8  # poolings and heads are built at this width to run their constructors' checks in milliseconds
@@ -37,7 +37,7 @@ def prepare_run(cfg: DictConfig) -> CorpusReport:
     if cfg.get("head"):  # the head's own options, then whether the pooling accepts it
         pooling.with_head(instantiate_checked(cfg.head, hidden_size=TOY_SIZE, special_ids=[]))
     check_model(cfg.model)
-    check_chunk(cfg.get("grad_cache"), cfg.data.batch_size)
+    check_grad_cache(cfg.get("grad_cache"), cfg.data.batch_size)
     check_checkpoint_path(cfg.get("ckpt_path"))
     check_batching(cfg.data.get("batch_size"), cfg.data.get("max_length"))
     check_every_n_steps(cfg.eval.every_n_steps)

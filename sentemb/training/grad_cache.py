@@ -1,10 +1,16 @@
 """GradCache (Gao et al., 2021): a contrastive batch larger than memory allows, with the same gradients.
 
-`grad_cache=<chunk>` splits a step in three:
-1. every chunk of `chunk` sentences (2·chunk backbone rows: both dropout views; with HiCL, 2·chunk
-   segments) runs forward *without* a graph; its RNG state and autocast mode are recorded first;
+`grad_cache.sentences=<n>` (or the short form `grad_cache=<n>`) chunks a step by sentences: 2·n
+backbone rows a chunk (both dropout views; with HiCL, the segments of n sentences' rows).
+`grad_cache.tokens=<n>` chunks it by real tokens instead: the rows are sorted by length (longest
+first, so each chunk is dense) and filled greedily up to n tokens a chunk (a longer row gets a
+chunk of its own); on long-tailed lengths a fixed sentence count wastes memory on short rows and
+overflows it on long ones (sentence-transformers' CachedMultipleNegativesRankingLoss made the same move).
+Either way a step runs in three parts:
+1. every chunk runs forward *without* a graph; its RNG state and autocast mode are recorded first;
 2. the loss (and every batch-level term: HiCL's local and entailment losses, the DDP gather) is
-   computed on the whole batch of cached row outputs, and back-propagated to them only;
+   computed on the whole batch of cached row outputs, put back in the batch's row order, and
+   back-propagated to them only;
 3. each chunk runs forward again *with* a graph under its recorded RNG state, so dropout draws
    the same masks (sentence-transformers' CachedMultipleNegativesRankingLoss replays its RNG the
    same way), and receives the cached gradient of its rows.
@@ -18,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -29,18 +35,36 @@ from sentemb.common.errors import SentembConfigError
 log = logging.getLogger(__name__)
 
 
-def check_chunk(chunk: object, batch_size: int | None = None) -> None:
-    """`grad_cache`: a whole number of sentences per chunk (>= 1), or null; a chunk of the whole batch is only
-    warned about (one chunk adds a forward and saves nothing)."""
-    if chunk is None:
-        return
-    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+def _count(key: str, value: object, unit: str, example: str) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise SentembConfigError(
-            f"grad_cache={chunk} must be a whole number of sentences per chunk (>= 1), or null for one forward. "
-            "Fix: e.g. data.batch_size=512 grad_cache=64"
+            f"{key}={value} must be a whole number of {unit} per chunk (>= 1), or null. Fix: e.g. {example}"
         )
-    if batch_size is not None and chunk >= batch_size:
-        log.warning("grad_cache=%d >= data.batch_size=%d: one chunk, which only adds a forward", chunk, batch_size)
+
+
+def check_grad_cache(value: object, batch_size: int | None = None) -> None:
+    """`grad_cache`: null, a number of sentences a chunk (short form), or {sentences: n} / {tokens: n}, not both.
+
+    A sentence chunk of the whole batch is only warned about (one chunk adds a forward and saves nothing).
+    """
+    if value is None:
+        return
+    if not isinstance(value, Mapping):
+        _count("grad_cache", value, "sentences", "data.batch_size=512 grad_cache=64")
+        value = {"sentences": value}
+    unknown = set(value) - {"sentences", "tokens"}
+    if unknown:
+        raise SentembConfigError(f"grad_cache.{sorted(unknown)[0]}: unknown key; use grad_cache.sentences or .tokens")
+    sentences, tokens = value.get("sentences"), value.get("tokens")
+    _count("grad_cache.sentences", sentences, "sentences", "data.batch_size=512 grad_cache.sentences=64")
+    _count("grad_cache.tokens", tokens, "real tokens", "data.batch_size=512 grad_cache.tokens=4096")
+    if sentences is not None and tokens is not None:
+        raise SentembConfigError(
+            f"grad_cache.sentences={sentences} and grad_cache.tokens={tokens}: chunk by one of them. "
+            "Fix: set the other to null"
+        )
+    if sentences is not None and batch_size is not None and sentences >= batch_size:
+        log.warning("grad_cache=%d >= data.batch_size=%d: one chunk, which only adds a forward", sentences, batch_size)
 
 
 @dataclass(frozen=True)
@@ -76,41 +100,87 @@ class ChunkContext:
                 yield
 
 
-def row_chunks(prepared: dict[str, torch.Tensor], rows: int) -> list[dict[str, torch.Tensor]]:
-    """Consecutive slices of `rows` backbone rows, each trimmed of the padding columns none of its rows uses."""
+def sentence_chunks(rows: int, size: int) -> list[torch.Tensor]:
+    """Consecutive runs of `size` rows of a batch of `rows`, as row indices."""
+    return list(torch.arange(rows).split(size))
+
+
+def token_chunks(attention_mask: torch.Tensor, budget: int) -> list[torch.Tensor]:
+    """Rows sorted longest first, filled greedily up to `budget` real tokens a chunk (a longer row alone)."""
+    lengths = attention_mask.sum(dim=1).cpu()
+    order = torch.argsort(lengths, descending=True, stable=True)
+    chunks, current, used = [], [], 0
+    for row, length in zip(order.tolist(), lengths[order].tolist(), strict=True):
+        if current and used + length > budget:
+            chunks.append(torch.tensor(current))
+            current, used = [], 0
+        current.append(row)
+        used += length
+    return [*chunks, torch.tensor(current)] if current else chunks
+
+
+def take_rows(prepared: dict[str, torch.Tensor], index: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The prepared batch's rows `index`, trimmed of the padding columns none of them uses."""
     width = prepared["attention_mask"].shape[1]
-    chunks = []
-    for start in range(0, prepared["attention_mask"].shape[0], rows):
-        chunk = {name: value[start : start + rows] for name, value in prepared.items()}
-        used = int(chunk["attention_mask"].any(dim=0).nonzero().max()) + 1
-        chunks.append({name: v[:, :used] if v.dim() == 2 and v.shape[1] == width else v for name, v in chunk.items()})
-    return chunks
+    index = index.to(prepared["attention_mask"].device)
+    chunk = {name: value.index_select(0, index) for name, value in prepared.items()}
+    used = int(chunk["attention_mask"].any(dim=0).nonzero().max()) + 1
+    return {name: v[:, :used] if v.dim() == 2 and v.shape[1] == width else v for name, v in chunk.items()}
+
+
+def row_chunks(prepared: dict[str, torch.Tensor], rows: int) -> list[dict[str, torch.Tensor]]:
+    """Consecutive slices of `rows` backbone rows, each trimmed of its unused padding columns."""
+    return [take_rows(prepared, index) for index in sentence_chunks(prepared["attention_mask"].shape[0], rows)]
 
 
 @dataclass
 class CachedStep:
     chunks: list[dict[str, torch.Tensor]]
+    indices: list[torch.Tensor]  # each chunk's rows in the prepared batch
     contexts: list[ChunkContext]
-    rows: dict[str, torch.Tensor]  # leaves: the loss back-propagates to them first
+    rows: dict[str, torch.Tensor]  # leaves in the batch's row order: the loss back-propagates to them first
 
 
 class GradCache:
-    def __init__(self, chunk: int) -> None:
-        check_chunk(chunk)
-        self.chunk = chunk
+    """One of `sentences` (sentences a chunk) or `tokens` (real tokens a chunk); see the module docstring."""
+
+    def __init__(self, sentences: int | None = None, tokens: int | None = None) -> None:
+        check_grad_cache({"sentences": sentences, "tokens": tokens})
+        if sentences is None and tokens is None:
+            raise SentembConfigError("grad_cache: give grad_cache.sentences or grad_cache.tokens")
+        self.sentences, self.tokens = sentences, tokens
         self.pending: CachedStep | None = None  # between a step's loss and its backward
+
+    @classmethod
+    def from_config(cls, value: int | Mapping[str, int | None] | None) -> GradCache | None:
+        """The `grad_cache` config value (null, a sentence count, or {sentences, tokens}) → a GradCache or None."""
+        check_grad_cache(value)
+        options = {"sentences": value} if isinstance(value, int) else dict(value or {})
+        return cls(**options) if any(v is not None for v in options.values()) else None
+
+    def chunk_indices(self, prepared: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+        mask = prepared["attention_mask"]
+        if self.tokens is not None:
+            return token_chunks(mask, self.tokens)
+        return sentence_chunks(mask.shape[0], 2 * self.sentences)  # both dropout views of `sentences` sentences
 
     def cached_rows(self, encoder: nn.Module, prepared: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Step 1: every chunk's row outputs without a graph, as leaves that will receive the loss's gradient."""
         device = prepared["input_ids"].device
-        chunks = row_chunks(prepared, 2 * self.chunk)  # both dropout views of `chunk` sentences
+        indices = self.chunk_indices(prepared)
+        chunks = [take_rows(prepared, index) for index in indices]
         contexts, outputs = [], []
         for chunk in chunks:
             contexts.append(ChunkContext.capture(device))
             with torch.no_grad():
                 outputs.append(encoder.training_rows(chunk))
-        rows = {name: torch.cat([out[name] for out in outputs]).requires_grad_() for name in outputs[0]}
-        self.pending = CachedStep(chunks, contexts, rows)
+        # chunk order → the batch's row order (token chunks are sorted by length)
+        where = torch.argsort(torch.cat(indices)).to(device)
+        rows = {
+            name: torch.cat([out[name] for out in outputs]).index_select(0, where).requires_grad_()
+            for name in outputs[0]
+        }
+        self.pending = CachedStep(chunks, indices, contexts, rows)
         return rows
 
     def replay_backward(self, encoder: nn.Module, distributed: bool) -> None:
@@ -123,14 +193,11 @@ class GradCache:
         grads = {name: row.grad for name, row in pending.rows.items() if row.grad is not None}
         params = [p for p in encoder.parameters() if p.requires_grad]
         sums: list[torch.Tensor | None] = [None] * len(params)
-        start = 0
-        for chunk, context in zip(pending.chunks, pending.contexts, strict=True):
-            size = chunk["attention_mask"].shape[0]
+        for chunk, index, context in zip(pending.chunks, pending.indices, pending.contexts, strict=True):
             with context.replay():
                 out = encoder.training_rows(chunk)
             outputs = [out[name] for name in grads]
-            cached = [grad[start : start + size] for grad in grads.values()]
-            start += size
+            cached = [grad.index_select(0, index.to(grad.device)) for grad in grads.values()]
             if not distributed:
                 torch.autograd.backward(outputs, cached)
                 continue

@@ -33,13 +33,13 @@ class SentembModule(L.LightningModule):
         optimizer: dict[str, Any],
         scheduler: dict[str, Any] | None = None,
         head: dict[str, Any] | None = None,
-        grad_cache: int | None = None,
+        grad_cache: int | dict[str, int | None] | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.encoder = build_encoder(model, pooling, head)
         self.loss = instantiate(loss)
-        self.grad_cache = GradCache(grad_cache) if grad_cache else None
+        self.grad_cache = GradCache.from_config(grad_cache)  # null, a sentence count, or {sentences, tokens}
         # from_pretrained returns the backbone in eval mode and Lightning keeps submodule modes:
         # without this, dropout is off and the two views are identical (no SimCSE at all)
         self.train()
