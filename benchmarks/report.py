@@ -27,7 +27,16 @@ ROOT = HERE.parent
 RESULTS = HERE / "results"
 # (script, its quick arguments, rows file or None, markdown appended or None)
 SCRIPTS = [
-    ("step_time.py", ["--rounds", "2", "--steps", "6", "--warmup", "2"], "step_time", None),
+    ("step_time.py", ["--rounds", "2", "--steps", "6", "--warmup", "2"], "step_time", "step_time.md"),
+    *[
+        (
+            "step_time.py",
+            ["--rounds", "2", "--steps", "4", "--warmup", "2", "--pooling", pooling, "--max-length", "64"],
+            f"step_time_{pooling}64",
+            f"step_time_{pooling}64.md",
+        )
+        for pooling in ("prompt", "hicl")
+    ],
     # the STS-suite and HiCL ratios sit near their bounds: their default rounds, so one noisy round cannot decide
     ("eval_speed.py", [], "eval_speed", None),
     ("hicl_speed.py", [], "hicl_speed", None),
@@ -35,6 +44,8 @@ SCRIPTS = [
     ("loss_study.py", ["--quick"], None, "loss_study_quick/loss_study.md"),
     ("encoder_variants.py", ["--quick"], None, "encoder_variants_quick/encoder_variants.md"),
 ]
+
+TRAINING_STUDIES = ("loss_study.py", "encoder_variants.py")
 
 
 def machine() -> str:
@@ -56,6 +67,8 @@ def main() -> int:
     for script, quick, rows_name, appendix in SCRIPTS:
         if rows_name:
             (RESULTS / f"{rows_name}.json").unlink(missing_ok=True)  # a failed script must not leave old rows
+        if appendix:
+            (RESULTS / appendix).unlink(missing_ok=True)
         command = [sys.executable, str(HERE / script), *([] if args.full else quick)]
         print("$", " ".join(command[1:]), flush=True)
         started = time.perf_counter()
@@ -88,7 +101,8 @@ def main() -> int:
         *[f"| {s} | `{a}` | {rc} | {t / 60:.1f} min |" for s, a, rc, t in runs],
     ]
     for script, table in appendices:
-        lines += ["", f"## {script} (quick: 30 steps per run, not the papers' setting)", "", table.strip()]
+        note = " (quick: 30 steps per run, not the papers' setting)" if script in TRAINING_STUDIES else ""
+        lines += ["", f"## {script}{note}", "", table.strip()]
     args.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     broken = [s for s, _, rc, _ in runs if rc not in (0, 1)]

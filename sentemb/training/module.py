@@ -34,10 +34,13 @@ class SentembModule(L.LightningModule):
         scheduler: dict[str, Any] | None = None,
         head: dict[str, Any] | None = None,
         grad_cache: int | dict[str, int | None] | None = None,
+        compile: bool = False,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.encoder = build_encoder(model, pooling, head)
+        if compile:  # in place: parameter names (and checkpoints) stay those of the eager backbone
+            self.encoder.backbone.compile(dynamic=True)  # dynamic: every batch packs another number of tokens
         self.loss = instantiate(loss)
         self.grad_cache = GradCache.from_config(grad_cache)  # null, a sentence count, or {sentences, tokens}
         # from_pretrained returns the backbone in eval mode and Lightning keeps submodule modes:
@@ -49,7 +52,8 @@ class SentembModule(L.LightningModule):
         """The module of a composed train config (conf/train.yaml), or of its parts already resolved: the one way
         train, tests and benchmarks build it."""
         parts = ("model", "pooling", "loss", "optimizer", "scheduler", "head")
-        return cls(**{key: resolved_container(cfg.get(key)) for key in parts}, grad_cache=cfg.get("grad_cache"))
+        parts = {key: resolved_container(cfg.get(key)) for key in parts}
+        return cls(**parts, grad_cache=resolved_container(cfg.get("grad_cache")), compile=bool(cfg.get("compile")))
 
     def on_fit_start(self) -> None:
         self.encoder.pooling.prepare_training(self.encoder.tokenizer)  # e.g. SARCSE's corpus token frequencies
