@@ -48,7 +48,8 @@ def mean_std(values: list[float]) -> tuple[float, float]:
 
 
 def table(results: dict[str, list[dict]]) -> list[str]:
-    """Markdown: each variant's mean ± std (x100), and its difference from padded fp32 against 2 SE."""
+    """Markdown: each variant's mean ± std (Spearman x100, as metrics.json holds it) and its difference from padded fp32
+    against 2 SE."""
     anchor = next(iter(results))
     lines = [
         "| variant | "
@@ -61,8 +62,8 @@ def table(results: dict[str, list[dict]]) -> list[str]:
     for name, records in results.items():
         cells, deltas = [], []
         for key in METRICS.values():
-            values = [100 * r["metrics"][key] for r in records]
-            base = [100 * r["metrics"][key] for r in results[anchor]]
+            values = [r["metrics"][key] for r in records]
+            base = [r["metrics"][key] for r in results[anchor]]
             (mean, std), (base_mean, base_std) = mean_std(values), mean_std(base)
             cells.append(f"{mean:.2f} ± {std:.2f}")
             two_se = 2 * math.sqrt(std**2 / len(values) + base_std**2 / len(base))
@@ -93,8 +94,7 @@ def main() -> int:
     per_seed = [
         f"| {name} | "
         + " | ".join(
-            f"{100 * r['metrics'][METRICS['STS-B dev']]:.2f} / {100 * r['metrics'][METRICS['STS-B test']]:.2f}"
-            for r in records
+            f"{r['metrics'][METRICS['STS-B dev']]:.2f} / {r['metrics'][METRICS['STS-B test']]:.2f}" for r in records
         )
         + " |"
         for name, records in results.items()
