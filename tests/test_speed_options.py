@@ -62,3 +62,34 @@ def test_a_compiled_step_has_the_eager_loss_and_gradients(small_corpus: Path, tm
     torch.testing.assert_close(results[1][0], results[0][0], rtol=1e-5, atol=1e-5)
     for name, grad in results[0][1].items():
         torch.testing.assert_close(results[1][1][name], grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def attach_trainer(module: SentembModule, precision: str) -> None:
+    import lightning as L
+
+    module.trainer = L.Trainer(precision=precision, accelerator="cpu", logger=False, enable_checkpointing=False)
+
+
+def test_bf16_clips_the_fused_optimizers_gradients(tmp_path: Path):
+    # Lightning's AMP plugin refuses clipping with any fused optimizer; under bf16 there is no scaler, so it is safe
+    module = SentembModule.from_config(compose_train(["model=tiny"], tmp_path))
+    attach_trainer(module, "bf16-mixed")
+    optimizer = module.configure_optimizers()["optimizer"]
+    assert optimizer.defaults["fused"] is True
+    for parameter in module.parameters():
+        parameter.grad = torch.ones_like(parameter)
+    module.configure_gradient_clipping(optimizer, gradient_clip_val=0.5)
+    norm = torch.nn.utils.get_total_norm([p.grad for p in module.parameters()])
+    # unclipped: ~1e3; a float32 norm over ~1e6 entries rounds in the 4th digit
+    assert norm == pytest.approx(0.5, rel=1e-3)
+
+
+def test_fp16_with_a_scaler_gets_the_unfused_optimizer(tmp_path: Path):
+    from lightning.pytorch.plugins.precision import MixedPrecision
+
+    module = SentembModule.from_config(compose_train(["model=tiny"], tmp_path))
+    attach_trainer(module, "32-true")
+    assert module.configure_optimizers()["optimizer"].defaults["fused"] is True
+    # 16-mixed as on a GPU (on CPU Lightning turns it into bf16): a GradScaler in the precision plugin
+    module.trainer.strategy.precision_plugin = MixedPrecision("16-mixed", "cpu", torch.amp.GradScaler("cpu"))
+    assert module.configure_optimizers()["optimizer"].defaults["fused"] is False

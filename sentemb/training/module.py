@@ -6,12 +6,15 @@ the exact encoder, pooling and loss it was trained with.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 import lightning as L
 import torch
 from hydra.utils import instantiate
+from lightning.pytorch.plugins.precision import MixedPrecision, Precision
+from lightning.pytorch.utilities import GradClipAlgorithmType
 from omegaconf import DictConfig
 
 from sentemb.common.errors import TrainingDiverged
@@ -22,6 +25,8 @@ from sentemb.losses import LossOutput
 from sentemb.training.distributed import gather_with_grad, world_size
 from sentemb.training.grad_cache import GradCache
 from sentemb.training.resume import rng_states, set_rng_states
+
+log = logging.getLogger(__name__)
 
 
 class SentembModule(L.LightningModule):
@@ -142,9 +147,30 @@ class SentembModule(L.LightningModule):
             f"(train/loss was finite). Fix: a smaller optimizer.lr, a larger loss.tau, or trainer.precision=32-true"
         )
 
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """Lightning's clipping, except under bf16-mixed, whose AMP plugin refuses any fused optimizer although
+        without a GradScaler the gradients it would clip are not scaled: there the plain clipping runs."""
+        plugin = self.trainer.precision_plugin
+        if gradient_clip_val and isinstance(plugin, MixedPrecision) and plugin.scaler is None:
+            algorithm = GradClipAlgorithmType(gradient_clip_algorithm or "norm")
+            Precision.clip_gradients(plugin, optimizer, gradient_clip_val, algorithm)
+            return
+        super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
     def configure_optimizers(self) -> dict[str, Any]:
         trainable = [p for p in self.parameters() if p.requires_grad]  # model.trainable_layers freezes the rest
-        optimizer = instantiate(self.hparams.optimizer)(params=trainable)
+        options = {}
+        plugin = self.trainer.precision_plugin
+        if isinstance(plugin, MixedPrecision) and plugin.scaler is not None and self.hparams.optimizer.get("fused"):
+            # a fused optimizer unscales inside its step, after the GradScaler path would clip: not clippable there
+            log.info("optimizer.fused=true is not used under 16-mixed (gradient clipping needs unscaled gradients)")
+            options["fused"] = False
+        optimizer = instantiate(self.hparams.optimizer)(params=trainable, **options)
         if not self.hparams.scheduler:
             return {"optimizer": optimizer}
         scheduler = instantiate(self.hparams.scheduler)(
