@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from sentemb.encoders import padding_free as packing
 from sentemb.encoders.backbones import packaged_model_path
 from sentemb.encoders.build import build_encoder
 from sentemb.encoders.padding_free import PackedRows
@@ -51,6 +52,12 @@ PARTS = {
     "sarcse": (CLS, SARCSE),
     "hicl-sarcse": (HICL, SARCSE),
 }
+
+
+@pytest.fixture(autouse=True)
+def always_pack(monkeypatch):
+    """Every batch packed, however dense (HiCL's equal-length segments would otherwise stay padded)."""
+    monkeypatch.setattr(packing, "PACK_BELOW", 1.01)
 
 
 def encoder_pair(backbone: str, part: str):
@@ -93,6 +100,21 @@ def test_the_backbone_computes_only_real_tokens():
     hook.remove()
     real, padded_size = int(batch["attention_mask"].sum()), batch["attention_mask"].numel()
     assert rows == [real] and real < padded_size
+
+
+def test_a_dense_batch_stays_padded(monkeypatch):
+    monkeypatch.setattr(packing, "PACK_BELOW", 0.85)
+    packed, _ = encoder_pair("bert", "cls")
+    rows = []
+    hook = packed.backbone.encoder.layer[0].intermediate.dense.register_forward_hook(
+        lambda module, args, out: rows.append(args[0].shape[:-1].numel())
+    )
+    sparse = dict(packed.tokenizer(SENTENCES, padding=True, return_tensors="pt"))
+    dense = dict(packed.tokenizer(["two dogs run", "a cat sat"], padding=True, return_tensors="pt"))
+    packed.eval()(sparse)
+    packed(dense)
+    hook.remove()
+    assert rows == [int(sparse["attention_mask"].sum()), dense["attention_mask"].numel()]
 
 
 def test_a_sentence_attends_only_to_itself():

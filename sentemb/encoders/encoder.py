@@ -14,7 +14,7 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from sentemb.encoders.padding_free import enable_padding_free, padding_free_states
+from sentemb.encoders.padding_free import enable_padding_free, padding_free_states, worth_packing
 from sentemb.encoders.pooling import Pooling, TrainingViews
 
 BACKBONE_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -48,7 +48,7 @@ class SentenceEncoder(nn.Module):
 
     def backbone_states(self, prepared: dict[str, torch.Tensor]) -> torch.Tensor:
         inputs = {k: v for k, v in prepared.items() if k in BACKBONE_INPUTS}
-        if self.padding_free:
+        if self.padding_free and worth_packing(inputs["attention_mask"]):
             return padding_free_states(self.backbone, inputs)
         return self.backbone(**inputs).last_hidden_state
 

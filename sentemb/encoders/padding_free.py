@@ -11,8 +11,9 @@ own tokens only, with the same attention dropout as the padded path (SimCSE's au
 includes it; flash-attention's varlen kernels have none, so they are not used here). Its
 cost, O(L²) per sentence, is small next to the linear layers at these lengths.
 
-The token states come back in the padded (B, L, H) layout (zeros at padding), so every
-pooling and head (CLS, mean, prompt [MASK], HiCL segments, SARCSE) reads them unchanged.
+A batch that is nearly free of padding already (`encode()` sorts sentences by length) is left
+padded: `worth_packing`. The token states come back in the padded (B, L, H) layout (zeros at
+padding), so every pooling and head (CLS, mean, prompt [MASK], HiCL segments, SARCSE) reads them unchanged.
 Padded calls of the same backbone (no packing arguments) run transformers' SDPA attention.
 """
 
@@ -34,6 +35,15 @@ ATTENTION = "sentemb_padding_free"
 SUPPORTED_MODEL_TYPES = ("bert", "roberta")
 # attention implementations whose padded computation `packed_attention` reproduces (eager and SDPA are the same maths)
 REPLACEABLE_ATTENTION = ("sdpa", "eager", ATTENTION)
+# a batch at least this dense stays padded: packing's re-layout then costs more than the padding it saves
+# (make bench, 2-core CPU: training batches 68% real tokens 1.26x faster packed; encode()'s length-sorted
+# batches, ~95% real, 0.94x)
+PACK_BELOW = 0.85
+
+
+def worth_packing(attention_mask: torch.Tensor) -> bool:
+    """Whether packing saves time on this batch: its real tokens under PACK_BELOW of its padded size."""
+    return bool(attention_mask.float().mean() < PACK_BELOW)
 
 
 @dataclass(frozen=True)
