@@ -5,6 +5,9 @@ checkpoint, report STS-B test of that checkpoint. Returns the optimized metric f
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import subprocess
 import sys
 import time
 import warnings
@@ -16,17 +19,20 @@ import lightning as L
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from sentemb.common.errors import SentembConfigError, TrainingDiverged
+from sentemb.common.errors import Preempted, SentembConfigError, TrainingDiverged
 from sentemb.common.hydra_plumbing import instantiate_checked, resolved_container
 from sentemb.common.paths import CONF_DIR
 from sentemb.eval.sts import STSBenchmark
-from sentemb.runs.jobs import current_hydra, is_multirun, job_description
+from sentemb.runs.ddp_jobs import launch_ranks, needs_rank_launch, process_rank, record_rank_failure
+from sentemb.runs.jobs import current_hydra, is_multirun, job_description, job_overrides
 from sentemb.runs.record import write_record
+from sentemb.runs.restart import Restart, plan_restart, set_old_checkpoints_aside
 from sentemb.runs.sweeps import apply_sweep_winner
-from sentemb.runs.wandb_runs import finish_wandb
+from sentemb.runs.wandb_runs import finish_wandb, wandb_run_id
 from sentemb.training.callbacks import STSBDevEvaluation
 from sentemb.training.checks import prepare_run
 from sentemb.training.module import SentembModule
+from sentemb.training.resume import check_checkpoint_path, checkpoint_dir, raise_if_preempted
 from sentemb.training.trainer import build_trainer, report_best
 
 log = logging.getLogger(__name__)
@@ -48,6 +54,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     test_split = STSBenchmark(Path(cfg.eval.stsb_dir), splits=("test",))  # scored after training, read now
     L.seed_everything(cfg.seed, workers=True)
 
+    keep_wandb_run_id(cfg)
     module = SentembModule.from_config(cfg)
     datamodule = instantiate(cfg.data, tokenizer=module.encoder.tokenizer)
     trainer = build_trainer(cfg, extra_callbacks=[dev_eval])
@@ -55,37 +62,113 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         logger.log_hyperparams({k: resolved_container(v) for k, v in cfg.items() if k != "hydra"})  # all of it
 
     trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    raise_if_preempted(trainer)
     return report_best(trainer, dev_eval, test_split)
+
+
+def keep_wandb_run_id(cfg: DictConfig) -> None:
+    """The W&B run continues across resumes: its id lives beside the checkpoints the run resumes from."""
+    wandb_cfg = (cfg.get("logger") or {}).get("wandb")
+    if wandb_cfg and wandb_cfg.get("id") is None and process_rank() == 0:  # only rank 0 logs to W&B
+        wandb_cfg.id = wandb_run_id(Path(checkpoint_dir(cfg.get("ckpt_path"), cfg.paths.output_dir)))
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
 def main(cfg: DictConfig) -> float | None:
     """One job. Its outcome goes to `metrics.json`; in a sweep a failed or diverged job never stops the others."""
-    hydra_cfg = current_hydra()
+    return run_job(cfg, current_hydra())
+
+
+def run_job(cfg: DictConfig, hydra_cfg: DictConfig | None) -> float | None:
+    """`main` without Hydra's decorator: restart decision, training, record, exit status."""
+    output_dir, rank0 = Path(cfg.paths.output_dir), process_rank() == 0
+    try:  # before anything is written: a bad checkpoint or a foreign run directory leaves the directory as it was
+        restart = None if cfg.get("ckpt_path") or cfg.get("ddp_worker") else plan(cfg, hydra_cfg, rank0)
+    except SentembConfigError as err:
+        if is_multirun(hydra_cfg):
+            log.error("job %s: %s (the sweep goes on)", hydra_cfg.job.num, err)
+            return None
+        sys.exit(f"sentemb: {err}")
+    if restart is not None and restart.action == "skip":
+        log.info("%s: %s", output_dir, restart.reason)
+        return restart.previous["metrics"].get(cfg.get("optimized_metric") or "")
+    if restart is not None and restart.action == "resume":
+        cfg.ckpt_path = str(restart.checkpoint)
     started = time.perf_counter()
-    # until train() returns; an interrupt (KeyboardInterrupt, SystemExit) leaves this in the record
-    record: dict[str, Any] = {"status": "failed", "message": "interrupted", "metrics": {}}
+    # a job killed outright (node failure, SIGKILL) leaves `running`: its next start resumes it
+    record: dict[str, Any] = {"status": "running", "message": "", "metrics": {}}
+    if rank0:
+        write_record(output_dir, {**record, **job_description(cfg, hydra_cfg)})
     error: BaseException | None = None
     try:
-        record.update(status="ok", message="", metrics=train(cfg))
+        supervised = needs_rank_launch(cfg, hydra_cfg)
+        metrics = launch_ranks(cfg, hydra_cfg, restart.checkpoint if restart else None) if supervised else train(cfg)
+        record.update(status="ok", metrics=metrics)
+    except Preempted as err:
+        record.update(status="preempted", message=str(err), step=err.step, signal=signal.Signals(err.signum).name)
+        error = err
     except TrainingDiverged as err:
         record.update(status="diverged", message=str(err))
         error = err
     except Exception as err:  # noqa: BLE001 (recorded, then re-raised unless a sweep must go on)
         record.update(status="failed", message=f"{type(err).__name__}: {err}")
         error = err
+    except BaseException:  # KeyboardInterrupt, SystemExit: recorded as an interrupt, which a restart resumes
+        record.update(status="failed", message="interrupted", interrupted=True)
+        raise
     finally:
         record.update(job_description(cfg, hydra_cfg), wall_time_s=round(time.perf_counter() - started, 3))
-        write_record(Path(cfg.paths.output_dir), record)
+        if restart is not None and restart.action == "resume":
+            record["resumed"] = [*restart.previous.get("resumed", []), restart.previous["status"]]
+        if rank0:
+            write_record(output_dir, record)
         finish_wandb(record)
     if error is None:
         return record["metrics"].get(cfg.get("optimized_metric") or "")
+    record_rank_failure(error)
+    if isinstance(error, Preempted):  # the whole process is being stopped: the sweep cannot go on either
+        requeue(error.signum)
+        sys.exit(128 + error.signum)  # the shell's status for a process stopped by that signal
     if is_multirun(hydra_cfg):
         log.error("job %s %s: %s (the sweep goes on)", hydra_cfg.job.num, record["status"], record["message"])
         return None  # the Optuna sweeper records a failed trial
     if isinstance(error, SentembConfigError | TrainingDiverged):
         sys.exit(f"sentemb: {error}")  # the message says what and how to fix; no traceback
     raise error
+
+
+def plan(cfg: DictConfig, hydra_cfg: DictConfig | None, rank0: bool) -> Restart:
+    """What this job does with what its run directory already holds; rank 0 sets a replaced run's checkpoints aside."""
+    output_dir = Path(cfg.paths.output_dir)
+    restart = plan_restart(
+        output_dir,
+        job_overrides(hydra_cfg),
+        in_sweep=is_multirun(hydra_cfg),
+        retry_failed=bool(cfg.get("sweep", {}).get("retry_failed")),
+        auto_resume=bool(cfg.get("auto_resume", True)),
+    )
+    if restart.action == "resume":
+        check_checkpoint_path(str(restart.checkpoint))  # a truncated last.ckpt is named with its fallback
+    if restart.previous is not None and restart.action != "skip":
+        log.info("%s: %s", output_dir, restart.reason)
+    if restart.action == "fresh" and rank0:
+        aside = set_old_checkpoints_aside(output_dir)
+        if aside:
+            log.info("%s: the previous run's checkpoints are kept in %s", output_dir, aside)
+    return restart
+
+
+def requeue(signum: int) -> None:
+    """Hand the preemption to whoever requeues this job: submitit's handler (requeues with its retry count and exits)
+    if it installed one, else `scontrol requeue` on SLURM for USR1 (Lightning's auto-requeue signal)."""
+    handler = signal.getsignal(signum)
+    if callable(handler):
+        handler(signum, None)
+    elif signum == signal.SIGUSR1 and os.environ.get("SLURM_JOB_ID") and process_rank() == 0:
+        job = os.environ.get("SLURM_ARRAY_JOB_ID")
+        job = f"{job}_{os.environ['SLURM_ARRAY_TASK_ID']}" if job else os.environ["SLURM_JOB_ID"]
+        result = subprocess.run(["scontrol", "requeue", job], check=False)
+        log.info("scontrol requeue %s: exit %d", job, result.returncode)
 
 
 if __name__ == "__main__":

@@ -91,7 +91,7 @@ def test_failed_and_diverged_jobs_are_recorded_while_the_others_finish(small_cor
     assert [status[(True, tau)]["status"] for tau in ("0.05", "1e-46")] == ["failed", "failed"]
     assert "missing.txt" in status[(True, "0.05")]["message"]
     report = (tmp_path / "s" / "sweep.md").read_text()
-    assert "4 jobs: 1 ok, 2 failed, 1 diverged" in report and "## Failed and diverged jobs" in report
+    assert "4 jobs: 1 ok, 2 failed, 1 diverged" in report and "## Failed, diverged and unfinished jobs" in report
 
 
 def test_a_single_diverged_run_exits_nonzero_and_keeps_its_record(small_corpus, tmp_path):

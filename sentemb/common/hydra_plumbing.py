@@ -26,6 +26,7 @@ RESOLVERS = {
     "wandb_run_group": "sentemb.runs.wandb_runs.wandb_run_group",
     "sqlite_storage": "sentemb.runs.sweeps.sqlite_storage",
     "checkpoint_dir": "sentemb.training.resume.checkpoint_dir",
+    "run_dir_name": "sentemb.runs.restart.run_dir_name",
     "fastest_precision": "sentemb.training.precision.fastest_precision",
 }
 

@@ -69,6 +69,14 @@ def summary(path: Path) -> dict:
     return values
 
 
+def run_id(path: Path) -> str:
+    """The W&B run id the log belongs to (a resumed run's logs share it)."""
+    for record in records(path):
+        if record.WhichOneof("record_type") == "run":
+            return record.run.run_id
+    return ""
+
+
 def run_info(path: Path) -> dict:
     """The run's display name, group, job type and tags, as wandb.init recorded them."""
     for record in records(path):

@@ -1,7 +1,13 @@
 """`metrics.json` in every run directory: what a job did, for sweep reports (not W&B's binary logs).
 
-    {"status": "ok" | "failed" | "diverged", "message": ..., "metrics": {...}, "overrides": [...],
-     "swept": {key: value}, "seed": 42, "wall_time_s": 12.3, "wandb": {"name", "group", "tags"}}
+    {"status": "ok" | "failed" | "diverged" | "preempted" | "running", "message": ..., "metrics": {...},
+     "overrides": [...], "swept": {key: value}, "seed": 42, "wall_time_s": 12.3, "wandb": {"name", "group", "tags"},
+     "interrupted": false}
+
+`running` is written when a job starts, so a job killed outright (node failure, SIGKILL) says so;
+`preempted`: a preemption signal wrote `checkpoints/last.ckpt` and stopped it; `interrupted`: a
+`failed` job that an interrupt (Ctrl-C, SystemExit) stopped. Those three resume on restart
+(sentemb.runs.restart).
 
 `swept` holds the job's overrides of the keys its sweep varies (see `swept_keys`), the part that
 names the job; `overrides` all of its command-line overrides.
@@ -14,8 +20,10 @@ import math
 from pathlib import Path
 from typing import Any
 
+from sentemb.common.errors import SentembConfigError
+
 RECORD_NAME = "metrics.json"
-STATUSES = ("ok", "failed", "diverged")
+STATUSES = ("ok", "failed", "diverged", "preempted", "running")
 
 
 def finite_or_none(value: Any) -> Any:
@@ -34,6 +42,20 @@ def write_record(directory: Path, record: dict[str, Any]) -> Path:
     tmp.write_text(json.dumps(clean, indent=2, default=str) + "\n")
     tmp.replace(path)
     return path
+
+
+def read_record(directory: Path) -> dict[str, Any] | None:
+    """The record in `directory`, or None if it has none."""
+    path = Path(directory) / RECORD_NAME
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:  # written atomically, so only a hand edit or a full disk gets here
+        raise SentembConfigError(
+            f"{path}:{err.lineno}: not valid JSON ({err.msg}). Fix: restore the file, or move the run directory "
+            "away to start that job afresh"
+        ) from err
 
 
 def read_records(sweep_dir: Path) -> list[tuple[Path, dict[str, Any]]]:

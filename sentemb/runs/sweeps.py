@@ -29,7 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.runs.jobs import current_hydra, job_overrides, override_key
-from sentemb.runs.record import RECORD_NAME, read_records
+from sentemb.runs.record import RECORD_NAME, STATUSES, read_records
 from sentemb.runs.sweep_figures import figures
 from sentemb.runs.wandb_runs import wandb_mode
 
@@ -108,11 +108,12 @@ def _pm(mean: float, std: float) -> str:
 
 
 def markdown(sweep_dir: Path, rows: list[dict[str, Any]], params: list[str], configs: list[dict[str, Any]]) -> str:
-    counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "failed", "diverged")}
+    counts = {s: sum(r["status"] == s for r in rows) for s in STATUSES}
+    unfinished = "".join(f", {counts[s]} {s}" for s in ("preempted", "running") if counts[s])  # resume: rerun it
     lines = [
         f"# Sweep {sweep_dir.name}",
         "",
-        f"{len(rows)} jobs: {counts['ok']} ok, {counts['failed']} failed, {counts['diverged']} diverged. "
+        f"{len(rows)} jobs: {counts['ok']} ok, {counts['failed']} failed, {counts['diverged']} diverged{unfinished}. "
         f"Swept: {', '.join(f'`{p}`' for p in params) or 'nothing but the seed'}. "
         "STS-B Spearman ×100 of each job's best dev checkpoint; mean ± std over seeds.",
         "",
@@ -147,7 +148,7 @@ def markdown(sweep_dir: Path, rows: list[dict[str, Any]], params: list[str], con
     if bad:
         lines += [
             "",
-            "## Failed and diverged jobs",
+            "## Failed, diverged and unfinished jobs",
             "",
             "| job | " + " | ".join(params) + " | seed | status | message |",
         ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,19 @@ def wandb_run_group(sweep_name: str | None, fallback: str) -> str:
     if not is_multirun(hydra_cfg):
         return fallback
     return str(sweep_name) if sweep_name else Path(str(hydra_cfg.sweep.dir)).name
+
+
+RUN_ID_FILE = "wandb_run_id"
+
+
+def wandb_run_id(checkpoint_dir: Path) -> str:
+    """The W&B run id kept beside a run's checkpoints (created on first use): a resumed or requeued run continues the
+    same W&B run, and a fresh start (its old checkpoints set aside) gets a new one."""
+    path = Path(checkpoint_dir) / RUN_ID_FILE
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(uuid.uuid4().hex[:12] + "\n")  # W&B takes any [a-z0-9] id; it makes 8-character ones
+    return path.read_text().strip()
 
 
 def finish_wandb(record: dict[str, Any] | None = None) -> None:

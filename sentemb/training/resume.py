@@ -4,12 +4,19 @@ Lightning's checkpoint already holds the weights, optimizer, scheduler, loop pro
 StatefulDataLoader's position (sentemb.data) and every callback's state (ModelCheckpoint's best,
 STSBDevEvaluation's dev history). Added here: the global RNG states (dropout's masks), so
 `ckpt_path=<run>/checkpoints/last.ckpt` continues exactly as the uninterrupted run would have.
+
+A preemption signal (SIGTERM, SIGUSR1, SIGUSR2: what SLURM and submitit send before a kill) is
+noted by its handler and acted on at the end of the step: last.ckpt is written for that step and
+`Preempted` stops the run (sentemb.train records it, requeues, and a restart resumes it).
 """
 
 from __future__ import annotations
 
 import os
 import random
+import signal
+import threading
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -18,19 +25,50 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import Checkpoint
 
-from sentemb.common.errors import SentembConfigError
+from sentemb.common.errors import Preempted, SentembConfigError
 from sentemb.training.callbacks import STSBDevEvaluation
 
 LAST = "last.ckpt"
 
 
 def check_checkpoint_path(ckpt_path: str | None) -> None:
-    """ckpt_path, when set, must be a checkpoint file."""
-    if ckpt_path and not Path(ckpt_path).expanduser().is_file():
+    """ckpt_path, when set, must be a whole checkpoint file (read through once, nothing unpickled)."""
+    if not ckpt_path:
+        return
+    path = Path(ckpt_path).expanduser()
+    if not path.is_file():
         raise SentembConfigError(
             f"ckpt_path={ckpt_path}: no such checkpoint file. Fix: point it at a run's checkpoints/last.ckpt "
             "(written at every dev evaluation), or drop ckpt_path to start fresh"
         )
+    problem = checkpoint_problem(path)
+    if problem:
+        earlier = previous_good_checkpoint(path)
+        fallback = (
+            f"the previous good checkpoint is {earlier}: resume from it with ckpt_path={earlier}"
+            if earlier
+            else f"no other good checkpoint is in {path.parent}"
+        )
+        raise SentembConfigError(
+            f"{path} is truncated or corrupt ({problem}); {fallback}, or start afresh in a new run directory. "
+            "Nothing was deleted."
+        )
+
+
+def checkpoint_problem(path: Path) -> str:
+    """Why `path` is not a whole torch checkpoint ('' if it is): torch.save writes a zip whose CRCs cover it all."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError) as err:
+        return f"{type(err).__name__}: {err}"
+    return f"member {bad} fails its CRC check" if bad else ""
+
+
+def previous_good_checkpoint(path: Path) -> Path | None:
+    """The newest other whole checkpoint next to `path` (e.g. the best-step one), or None."""
+    others = sorted((p for p in path.parent.glob("*.ckpt") if p != path), key=lambda p: -p.stat().st_mtime)
+    return next((p for p in others if not checkpoint_problem(p)), None)
 
 
 def checkpoint_dir(ckpt_path: str | None, output_dir: str) -> str:
@@ -61,21 +99,74 @@ def set_rng_states(states: dict[str, Any]) -> None:
     random.setstate(states["python"])
 
 
+PREEMPTION_SIGNALS = ("SIGTERM", "SIGUSR1", "SIGUSR2")
+
+
 class LastCheckpoint(Checkpoint):
-    """`<dirpath>/last.ckpt`, rewritten after each dev evaluation (replaced atomically, never half-written).
+    """`<dirpath>/last.ckpt`, rewritten after each dev evaluation and when a preemption signal arrives (replaced
+    atomically, never half-written).
 
     A `Checkpoint`, so Lightning runs it after ModelCheckpoint (checkpoint callbacks go last, in
-    their configured order): the file then holds this step's best-checkpoint tracking too.
+    their configured order): the file then holds this step's best-checkpoint tracking too. Its
+    signal handlers replace Lightning's while training runs (Lightning's SIGTERM handler broadcasts
+    from inside the handler) and are restored after.
     """
 
-    def __init__(self, dirpath: str | Path) -> None:
+    def __init__(self, dirpath: str | Path, signals: list[str] | tuple[str, ...] = PREEMPTION_SIGNALS) -> None:
+        unknown = [name for name in signals if not isinstance(getattr(signal, str(name), None), signal.Signals)]
+        if unknown:
+            raise SentembConfigError(
+                f"callbacks.last_checkpoint.signals: {unknown} are not signal names. Fix: use names such as "
+                f"{list(PREEMPTION_SIGNALS)}"
+            )
         self.dirpath = Path(dirpath)
+        self.signals = [getattr(signal, str(name)) for name in signals]
+        self.received: int | None = None  # set by the handler only; acted on at the end of a step
+        self.preempted: Preempted | None = None  # the fit stopped for a preemption signal
+        self._previous: dict[int, Any] = {}
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.received, self.preempted = None, None
+        if threading.current_thread() is threading.main_thread():  # Python allows handlers there only
+            self._previous = {signum: signal.signal(signum, self._note) for signum in self.signals}
+
+    def _note(self, signum: int, frame: Any) -> None:
+        self.received = self.received or signum  # no work in a handler: the step may be mid-way
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
         dev = next((c for c in trainer.callbacks if isinstance(c, STSBDevEvaluation)), None)
-        if dev is None or not dev.history or dev.history[-1][0] != trainer.global_step:
-            return
+        evaluated = dev is not None and bool(dev.history) and dev.history[-1][0] == trainer.global_step
+        received = self.received is not None
+        if trainer.world_size > 1:  # every rank stops at the same step, whichever rank the signal reached
+            received = trainer.strategy.reduce_boolean_decision(received, all=False)
+        if evaluated or received:
+            self.save(trainer)
+        if received:  # Lightning ends the fit after this step's logging; `raise_if_preempted` then stops the job
+            signum = self.received or int(signal.SIGTERM)  # another rank's signal: SLURM sends TERM to all
+            self.preempted = Preempted(signum, trainer.global_step, str(self.dirpath / LAST))
+            trainer.should_stop = True
+
+    def save(self, trainer: L.Trainer) -> None:
         partial = self.dirpath / f".{LAST}.partial"
         trainer.save_checkpoint(partial)  # every rank calls it (a barrier); rank 0 writes
         if trainer.is_global_zero:
             os.replace(partial, self.dirpath / LAST)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.restore_handlers()
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        self.restore_handlers()
+
+    def restore_handlers(self) -> None:
+        """Lightning's handlers back, before Lightning's teardown puts back the ones it found."""
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
+
+
+def raise_if_preempted(trainer: L.Trainer) -> None:
+    """After `fit`: a fit that a preemption signal stopped raises `Preempted` (not scored, recorded as preempted)."""
+    for callback in trainer.checkpoint_callbacks:
+        if isinstance(callback, LastCheckpoint) and callback.preempted is not None:
+            raise callback.preempted
