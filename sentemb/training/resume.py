@@ -12,6 +12,7 @@ noted by its handler and acted on at the end of the step: last.ckpt is written f
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import signal
@@ -27,6 +28,8 @@ from lightning.pytorch.callbacks import Checkpoint
 
 from sentemb.common.errors import Preempted, SentembConfigError
 from sentemb.training.callbacks import STSBDevEvaluation
+
+log = logging.getLogger(__name__)
 
 LAST = "last.ckpt"
 
@@ -145,6 +148,7 @@ class LastCheckpoint(Checkpoint):
             signum = self.received or int(signal.SIGTERM)  # another rank's signal: SLURM sends TERM to all
             self.preempted = Preempted(signum, trainer.global_step, str(self.dirpath / LAST))
             trainer.should_stop = True
+            log.warning("%s: stopping", self.preempted)
 
     def save(self, trainer: L.Trainer) -> None:
         partial = self.dirpath / f".{LAST}.partial"
