@@ -41,6 +41,7 @@ SCRIPTS = [
     ("eval_speed.py", [], "eval_speed", None),
     ("hicl_speed.py", [], "hicl_speed", None),
     ("grad_cache.py", ["--rounds", "1"], "grad_cache", None),
+    ("streaming_start.py", ["--lines", "1000000"], "streaming_start", None),
     ("loss_study.py", ["--quick"], None, "loss_study_quick/loss_study.md"),
     ("encoder_variants.py", ["--quick"], None, "encoder_variants_quick/encoder_variants.md"),
 ]

@@ -7,16 +7,24 @@ from pathlib import Path
 
 from sentemb.common.errors import SentembConfigError
 
+# data.streaming=true checks only this many lines up front (more while all are blank); the stream checks the rest
+HEAD_LINES = 1000
+
 
 @dataclass(frozen=True)
 class CorpusReport:
     path: Path
-    lines: int
+    lines: int  # the lines read: the whole file, or its head when streaming
     blank_lines: int
+    whole: bool = True
 
 
-def check_corpus(path: Path) -> CorpusReport:
-    """Read the corpus once as bytes: every line must be UTF-8 and at least one must be non-blank."""
+def check_corpus(path: Path, streaming: bool = False) -> CorpusReport:
+    """Read the corpus once as bytes: every line must be UTF-8 and at least one must be non-blank.
+
+    streaming: only the first HEAD_LINES lines (and on while they are all blank), so a corpus of 100M lines
+    starts at once; the stream reports a bad line further on when it reaches it (`undecodable_line_error`).
+    """
     if not path.is_file():
         raise SentembConfigError(
             f"data.corpus: training corpus {path} does not exist. "
@@ -26,17 +34,33 @@ def check_corpus(path: Path) -> CorpusReport:
     lines = blank = 0
     with path.open("rb") as handle:
         for lines, raw in enumerate(handle, start=1):
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise SentembConfigError(
-                    f"{path}:{lines}: line is not valid UTF-8 ({err.reason} at byte {err.start}). "
-                    f"Fix: re-encode the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`) or delete line {lines}."
-                ) from err
-            blank += not text.strip()
+            blank += not decoded(raw, path, lines).strip()
+            if streaming and lines >= HEAD_LINES and blank < lines:
+                return CorpusReport(path, lines, blank, whole=False)
     if lines == blank:
         raise SentembConfigError(
             f"{path}: the corpus has no sentences ({lines} lines, all blank). "
             "Fix: point data.corpus at a text file with one sentence per line."
         )
     return CorpusReport(path, lines, blank)
+
+
+def decoded(raw: bytes, path: Path, number: int) -> str:
+    """Line `number` of `path` as text, or the error naming it and the fix."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise SentembConfigError(
+            f"{path}:{number}: line is not valid UTF-8 ({err.reason} at byte {err.start}). "
+            f"Fix: re-encode the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`) or delete line {number}."
+        ) from err
+
+
+def undecodable_line_error(path: Path, cause: UnicodeDecodeError) -> SentembConfigError:
+    """The file:line error for the first non-UTF-8 line of `path`: a reader that decodes in blocks (Hugging Face
+    `datasets` reads 10 MB at a time) knows only the block, so the lines are read again up to the bad one."""
+    try:
+        check_corpus(path)
+    except SentembConfigError as err:
+        return err
+    return SentembConfigError(f"{path}: not valid UTF-8 ({cause.reason}). Fix: re-encode the file as UTF-8.")

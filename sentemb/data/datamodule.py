@@ -2,23 +2,27 @@
 
 The corpus is checked by `sentemb.data.corpus.check_corpus` before anything expensive (the
 pre-run checks call it), then read here through Hugging Face `datasets`, blank lines dropped
-and counted, tokenised once (max 32 tokens, SimCSE) and padded per batch.
+and counted, tokenised once (max 32 tokens, SimCSE) and padded per batch. With
+data.streaming=true nothing is read up front: `sentemb.data.streaming` reads, shuffles and
+tokenises the corpus as training goes.
 """
 
 from __future__ import annotations
 
 import logging
 import warnings
+from dataclasses import asdict
 from pathlib import Path
 
 import lightning as L
 import torch
 from datasets import Dataset, load_dataset
-from torch.utils.data import DistributedSampler
+from torch.utils.data import DataLoader, DistributedSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.data.streaming import ShuffledLineStream, StreamPosition
 
 log = logging.getLogger(__name__)
 # torchdata's StatefulDataLoader calls a torch API that torch now marks deprecated; nothing for us to act on
@@ -44,6 +48,8 @@ class UnsupervisedTextDataModule(L.LightningDataModule):
         num_workers: int = 0,
         shuffle: bool = True,
         seed: int = 0,
+        streaming: bool = False,
+        shuffle_buffer: int = 10_000,
     ) -> None:
         super().__init__()
         check_batching(batch_size, max_length)
@@ -54,11 +60,13 @@ class UnsupervisedTextDataModule(L.LightningDataModule):
         self.num_workers = num_workers
         self.shuffle = shuffle
         self.seed = seed
+        self.streaming = streaming
+        self.shuffle_buffer = shuffle_buffer
         self.train_set: Dataset | None = None
         self._resumed_position: dict | None = None
 
     def setup(self, stage: str | None = None) -> None:
-        if self.train_set is not None:
+        if self.streaming or self.train_set is not None:  # streaming: nothing is read before the first batch
             return
         text = load_dataset("text", data_files={"train": str(self.corpus)}, split="train")
         lines = len(text)
@@ -71,9 +79,11 @@ class UnsupervisedTextDataModule(L.LightningDataModule):
         )
         log.info("corpus %s: %d sentences, %d blank lines skipped", self.corpus, len(self.train_set), lines - len(text))
 
-    def train_dataloader(self) -> StatefulDataLoader:
+    def train_dataloader(self) -> StatefulDataLoader | DataLoader:
         """Shuffled by its own generator (the order never depends on dropout's RNG), and stateful: a resumed
         run continues mid-epoch with the very next batch (`state_dict` / `load_state_dict` below)."""
+        if self.streaming:
+            return self.stream_loader()
         assert self.train_set is not None, "call setup() first"
         world = self.trainer.world_size if self.trainer is not None else 1
         # under DDP each rank reads its share through a DistributedSampler made here, so Lightning keeps this
@@ -102,11 +112,58 @@ class UnsupervisedTextDataModule(L.LightningDataModule):
             self._resumed_position = None
         return loader
 
+    def stream_loader(self) -> DataLoader:
+        """data.streaming=true: this rank's share of the stream, from the resumed position if there is one.
+
+        A plain DataLoader: Lightning prefetches a batch from a loader without a length, so a StatefulDataLoader's
+        state (which Lightning saves and restores too) would be one untrained batch ahead; the position is the
+        trainer's count of trained batches instead (`state_dict` below).
+        """
+        trainer = self.trainer
+        stream = ShuffledLineStream(
+            self.corpus,
+            self.tokenizer,
+            self.batch_size,
+            self.max_length,
+            self.seed,
+            self.shuffle_buffer if self.shuffle else None,
+            rank=trainer.global_rank if trainer is not None else 0,
+            world_size=trainer.world_size if trainer is not None else 1,
+            epoch=lambda: self.trainer.current_epoch if self.trainer is not None else 0,
+        )
+        if self._resumed_position is not None:
+            stream.resume_at = StreamPosition(**self._resumed_position)
+            self._resumed_position = None
+        log.info("corpus %s: streamed (blank lines skipped as read)", self.corpus)
+        return DataLoader(
+            stream,
+            batch_size=self.batch_size,
+            collate_fn=DataCollatorWithPadding(self.tokenizer),
+            # each iteration draws a base seed: from its own generator, not the global RNG dropout draws from
+            generator=torch.Generator().manual_seed(self.seed),
+        )
+
     # Lightning restores the datamodule before it first builds the loader (it builds it early, to count the
     # scheduler's steps, before it would restore the loader's own saved state), so the position lives here
     def state_dict(self) -> dict:
-        loader = self.trainer.train_dataloader if self.trainer is not None else None
+        if self.trainer is None:
+            return {}
+        if self.streaming:
+            # the batches this epoch has trained (on_train_batch_end: this step's included); saved on an epoch's last
+            # batch, the next epoch's start, since Lightning's resumed loop then goes on with that epoch
+            progress, epoch = self.trainer.fit_loop.epoch_loop.batch_progress, self.trainer.current_epoch
+            last = progress.is_last_batch
+            position = StreamPosition(epoch + 1, 0) if last else StreamPosition(epoch, progress.current.processed)
+            return {"stream_position": asdict(position)}
+        loader = self.trainer.train_dataloader
         return {"train_position": loader.state_dict()} if isinstance(loader, StatefulDataLoader) else {}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self._resumed_position = state_dict.get("train_position")
+        key, other = ("stream_position", "train_position") if self.streaming else ("train_position", "stream_position")
+        if other in state_dict:
+            raise SentembConfigError(
+                f"ckpt_path: the checkpoint was written with data.streaming={str(not self.streaming).lower()}; "
+                f"its data position means nothing to data.streaming={str(self.streaming).lower()}. "
+                f"Fix: resume with data.streaming={str(not self.streaming).lower()}"
+            )
+        self._resumed_position = state_dict.get(key)

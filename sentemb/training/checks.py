@@ -16,6 +16,7 @@ from sentemb.common.hydra_plumbing import instantiate_checked
 from sentemb.common.paths import resolve_data_root
 from sentemb.data.corpus import CorpusReport, check_corpus
 from sentemb.data.datamodule import check_batching
+from sentemb.data.streaming import check_streaming
 from sentemb.encoders.backbones import check_model
 from sentemb.training.callbacks import check_every_n_steps
 from sentemb.training.grad_cache import check_grad_cache
@@ -41,5 +42,6 @@ def prepare_run(cfg: DictConfig) -> CorpusReport:
     check_checkpoint_path(cfg.get("ckpt_path"))
     check_batching(cfg.data.get("batch_size"), cfg.data.get("max_length"))
     check_every_n_steps(cfg.eval.every_n_steps)
+    check_streaming(cfg.data, cfg.trainer)
     cfg.paths.data_dir = str(resolve_data_root(cfg.paths.data_dir))
-    return check_corpus(Path(cfg.data.corpus).expanduser())
+    return check_corpus(Path(cfg.data.corpus).expanduser(), streaming=bool(cfg.data.get("streaming")))

@@ -1,0 +1,114 @@
+"""data.streaming=true: the corpus read, shuffled and tokenised as training goes, never loaded whole.
+
+Hugging Face `datasets` streams the file (10 MB blocks, Arrow), drops blank lines and shuffles
+through a buffer seeded by data.seed (reshuffled every epoch from the seed and the epoch). The
+stream is cut into rounds of world_size x batch_size lines and rank r takes the r-th batch of every
+round: the ranks' shares are disjoint and every rank gets exactly as many batches (a partial last
+round is dropped), which DDP needs, since the ranks all_gather embeddings at every step.
+
+A position is (epoch, batches trained). A resumed stream replays the seeded stream from the start
+of that epoch and skips those rounds as Arrow blocks, before anything is tokenised, so it goes on
+with exactly the batches the uninterrupted run would have seen. datasets' own `state_dict` cannot
+do this: it saves the file position but not the shuffle buffer, which it refills after a resume
+with other lines in another order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from datasets import load_dataset
+from torch.utils.data import IterableDataset
+from transformers import PreTrainedTokenizerBase
+
+from sentemb.common.errors import SentembConfigError
+from sentemb.data.corpus import undecodable_line_error
+
+
+def check_streaming(data: Mapping[str, Any], trainer: Mapping[str, Any]) -> None:
+    """data.streaming=true needs the run's length up front and reads in the training process."""
+    if not data.get("streaming"):
+        return
+    max_steps = trainer.get("max_steps")
+    if max_steps is None or max_steps <= 0:
+        raise SentembConfigError(
+            f"data.streaming=true needs trainer.max_steps (the LR schedule's length: a stream has no length to "
+            f"count), but trainer.max_steps={max_steps}. Fix: pass trainer.max_steps=N"
+        )
+    if data.get("num_workers"):
+        raise SentembConfigError(
+            f"data.streaming=true reads and tokenises in the training process (about a millisecond a batch; each "
+            f"worker would read the whole stream), but data.num_workers={data.get('num_workers')}. "
+            "Fix: pass data.num_workers=0"
+        )
+    buffer = data.get("shuffle_buffer")
+    if data.get("shuffle", True) and (buffer is None or buffer < 1):
+        raise SentembConfigError(
+            f"data.shuffle_buffer={buffer}: a shuffled stream needs a buffer of >= 1 lines. "
+            "Fix: pass data.shuffle_buffer=10000, or data.shuffle=false to read the file in order"
+        )
+
+
+@dataclass(frozen=True)
+class StreamPosition:
+    epoch: int
+    batches: int  # batches of that epoch already trained (every rank alike)
+
+
+def non_blank(lines: pa.Table) -> list[bool]:
+    return [bool(line.strip()) for line in lines["text"].to_pylist()]
+
+
+class ShuffledLineStream(IterableDataset):
+    """This rank's tokenised sentences, batch_size at a time, from `resume_at` (once) or the start of the epoch."""
+
+    def __init__(
+        self,
+        corpus: Path,
+        tokenizer: PreTrainedTokenizerBase,
+        batch_size: int,
+        max_length: int,
+        seed: int,
+        shuffle_buffer: int | None,
+        rank: int = 0,
+        world_size: int = 1,
+        epoch: Callable[[], int] = lambda: 0,
+    ) -> None:
+        super().__init__()
+        self.corpus = Path(corpus)
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.seed = seed
+        self.shuffle_buffer = shuffle_buffer  # None: the file's order
+        self.rank = rank
+        self.world_size = world_size
+        self.epoch = epoch  # asked at each new iteration (Lightning iterates the loader once an epoch)
+        self.resume_at: StreamPosition | None = None
+
+    def batches(self, position: StreamPosition) -> Iterator[list[str]]:
+        """This rank's batches of lines from `position` on (not tokenised)."""
+        text = load_dataset("text", data_files=str(self.corpus), split="train", streaming=True).with_format("arrow")
+        text = text.filter(non_blank, batched=True)
+        if self.shuffle_buffer is not None:
+            text = text.shuffle(seed=self.seed, buffer_size=self.shuffle_buffer)
+        per_round = self.world_size * self.batch_size
+        # skip() even of 0 rounds: datasets then builds a fresh stream exactly as a resumed one
+        text = text.skip(position.batches * per_round)
+        text.set_epoch(position.epoch)  # on the last dataset of the chain: it shifts the shuffle's seed by the epoch
+        try:
+            for rows in text.iter(batch_size=per_round, drop_last_batch=True):
+                yield rows["text"].slice(self.rank * self.batch_size, self.batch_size).to_pylist()
+        except UnicodeDecodeError as err:
+            raise undecodable_line_error(self.corpus, err) from err
+
+    def __iter__(self) -> Iterator[dict[str, list[int]]]:
+        position, self.resume_at = self.resume_at or StreamPosition(self.epoch(), 0), None
+        for lines in self.batches(position):
+            encoded = self.tokenizer(lines, truncation=True, max_length=self.max_length)
+            for index in range(len(lines)):
+                yield {key: values[index] for key, values in encoded.items()}
