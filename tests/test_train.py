@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import logging
 import math
 import re
 import time
@@ -116,6 +117,37 @@ def test_final_report_warns_when_the_checkpoint_no_longer_scores_the_logged_dev(
     with pytest.warns(UserWarning, match="scores STS-B dev .* now but .* was logged at step"):
         metrics = run(tiny_overrides, tmp_path)
     assert metrics["stsb/best_dev_spearman"] != metrics["stsb/dev_spearman_best"]
+
+
+def test_without_a_logger_the_lr_monitor_is_left_out_with_one_log_line(tiny_overrides, tmp_path, caplog):
+    # logger=none used to die at the first step: LearningRateMonitor raises without a logger
+    overrides = [o for o in tiny_overrides if not o.startswith("logger=")] + ["logger=none"]
+    with caplog.at_level(logging.INFO, logger="sentemb.training.trainer"):
+        metrics = run(overrides, tmp_path)
+    notes = [r.getMessage() for r in caplog.records if r.name == "sentemb.training.trainer"]
+    assert len(notes) == 1 and "callbacks.lr_monitor (LearningRateMonitor) is left out" in notes[0]
+    assert Path(metrics["best_checkpoint"]).is_file() and math.isfinite(metrics["stsb/test_spearman"])
+    assert not (tmp_path / "csv").exists()
+
+
+def test_without_a_checkpoint_callback_the_final_weights_are_scored_and_named_so(tiny_overrides, tmp_path, capsys):
+    metrics = run([*tiny_overrides, "callbacks=none"], tmp_path)
+    assert not list(tmp_path.rglob("*.ckpt")), "callbacks=none writes no checkpoint (none named like a best one)"
+    assert metrics["scored_weights"] == "final" and metrics["best_checkpoint"] is None
+    rows = list(csv.DictReader((tmp_path / "csv" / "version_0" / "metrics.csv").open()))
+    logged = {int(r["step"]): float(r[DEV_METRIC]) for r in rows if r.get(DEV_METRIC)}
+    assert sorted(logged) == [2, 4] and metrics["stsb/final_step"] == 4
+    # the final weights are the ones evaluated at the last step: the same computation, the same float
+    assert metrics["stsb/final_dev_spearman"] == logged[4]
+    assert metrics["stsb/dev_spearman_best"] == max(logged.values())
+    assert "stsb/best_dev_spearman" not in metrics, "no best weights were scored"
+    assert [float(r["stsb/final_dev_spearman"]) for r in rows if r.get("stsb/final_dev_spearman")] == [logged[4]]
+    out = capsys.readouterr().out
+    assert f"STS-B dev Spearman (final weights, step 4): {logged[4]:.4f}" in out
+    best_step = max(logged, key=logged.get)
+    assert f"[best logged during training: {logged[best_step]:.4f} at step {best_step}]" in out
+    assert f"STS-B test Spearman (final weights):    {metrics['stsb/test_spearman']:.4f}" in out
+    assert "the final weights were scored, not the best" in out
 
 
 def test_evaluation_at_the_last_batch_of_the_epoch(small_corpus, tmp_path):

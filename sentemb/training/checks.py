@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
+from sentemb.common.config_fields import check_fields
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.hydra_plumbing import instantiate_checked
 from sentemb.common.paths import resolve_data_root
@@ -31,17 +32,30 @@ def prepare_run(cfg: DictConfig) -> CorpusReport:
     Fills in `paths.data_dir` with the data root actually found, so the logged config says
     where the data came from.
     """
+    check_parts(cfg)
+    check_model(cfg.model)  # an unreachable hub fails here, in seconds
+    check_checkpoint_path(cfg.get("ckpt_path"))
+    cfg.paths.data_dir = str(resolve_data_root(cfg.paths.data_dir))
+    return check_corpus(Path(cfg.data.corpus).expanduser(), streaming=bool(cfg.data.get("streaming")))
+
+
+def check_parts(cfg: DictConfig) -> None:
+    """The checks that read no file and no network: the loss, pooling and head options, batching, GradCache, eval."""
     if not cfg.get("loss"):
         raise SentembConfigError("loss: no objective configured. Fix: pick one, e.g. loss=infonce")
+    choices = OmegaConf.select(cfg, "hydra.runtime.choices") or {}
+    for group in (
+        "loss",
+        "pooling",
+        "head",
+    ):  # a stray field (a sweep's loss.m on InfoNCE) named before Hydra's TypeError
+        if cfg.get(group):
+            check_fields(cfg[group], group, choices.get(group))
     instantiate_checked(cfg.loss)  # each objective validates its own hyper-parameters (e.g. τ > 0)
     pooling = instantiate_checked(cfg.pooling, hidden_size=TOY_SIZE)  # its template and MLP options
     if cfg.get("head"):  # the head's own options, then whether the pooling accepts it
         pooling.with_head(instantiate_checked(cfg.head, hidden_size=TOY_SIZE, special_ids=[]))
-    check_model(cfg.model)
     check_grad_cache(cfg.get("grad_cache"), cfg.data.batch_size)
-    check_checkpoint_path(cfg.get("ckpt_path"))
     check_batching(cfg.data.get("batch_size"), cfg.data.get("max_length"))
     check_every_n_steps(cfg.eval.every_n_steps)
     check_streaming(cfg.data, cfg.trainer)
-    cfg.paths.data_dir = str(resolve_data_root(cfg.paths.data_dir))
-    return check_corpus(Path(cfg.data.corpus).expanduser(), streaming=bool(cfg.data.get("streaming")))

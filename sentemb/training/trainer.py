@@ -2,24 +2,50 @@
 
 from __future__ import annotations
 
+import logging
 import warnings
 from typing import Any
 
 import lightning as L
 import torch
 from hydra.utils import instantiate
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import Checkpoint, DeviceStatsMonitor, LearningRateMonitor, ModelCheckpoint
 from omegaconf import DictConfig
 
 from sentemb.encoders.build import load_checkpoint_encoder
 from sentemb.eval.sts import STSBenchmark
-from sentemb.training.callbacks import STSBDevEvaluation
+from sentemb.training.callbacks import DEV_METRIC, STSBDevEvaluation
+
+log = logging.getLogger(__name__)
+
+# Lightning callbacks that only write to a logger: with none they raise at the first step
+NEEDS_A_LOGGER = (LearningRateMonitor, DeviceStatsMonitor)
 
 
 def build_trainer(cfg: DictConfig, extra_callbacks: list[L.Callback] = (), **overrides: Any) -> L.Trainer:
-    """The configured Trainer with the configured callbacks and loggers (plus `extra_callbacks`)."""
-    callbacks = [*extra_callbacks, *(instantiate(c) for c in (cfg.get("callbacks") or {}).values())]
+    """The configured Trainer with the configured callbacks and loggers (plus `extra_callbacks`).
+
+    Without a logger (logger=none), callbacks that only write to one (the LR monitor) are left out, with a
+    log line. Without a checkpoint callback (callbacks=none), no checkpoint is written at all, and the
+    closing report scores the final weights (`report_best`).
+    """
     loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values()]
+    # `callbacks.<name>=null` removes one, as `~callbacks.<name>` does
+    configured = {name: instantiate(node) for name, node in (cfg.get("callbacks") or {}).items() if node is not None}
+    if not loggers:
+        for name, callback in list(configured.items()):
+            if isinstance(callback, NEEDS_A_LOGGER):
+                del configured[name]
+                log.info(
+                    "no logger configured (logger=none): callbacks.%s (%s) is left out, it only writes to a logger",
+                    name,
+                    type(callback).__name__,
+                )
+    callbacks = [*extra_callbacks, *configured.values()]
+    checkpointing_set = "enable_checkpointing" in {*cfg.trainer, *overrides}
+    if not checkpointing_set and not any(isinstance(c, Checkpoint) for c in callbacks):
+        # Lightning would add a ModelCheckpoint of the last weights, named like a best one: callbacks=none means none
+        overrides["enable_checkpointing"] = False
     trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, **overrides)
     visible = torch.cuda.device_count()
     if visible > 1 and trainer.world_size == 1:
@@ -34,17 +60,31 @@ def build_trainer(cfg: DictConfig, extra_callbacks: list[L.Callback] = (), **ove
     return trainer
 
 
+def best_checkpoint_callback(trainer: L.Trainer) -> ModelCheckpoint | None:
+    """The ModelCheckpoint that keeps the best STS-B dev score (callbacks=default's model_checkpoint), or None."""
+    return next(
+        (c for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint) and c.monitor == DEV_METRIC), None
+    )
+
+
 def report_best(trainer: L.Trainer, dev_eval: STSBDevEvaluation, test_split: STSBenchmark) -> dict[str, Any]:
     """Reload the best checkpoint, score STS-B dev and test with it, log and print them.
 
     Dev is scored by the callback's own `dev_spearman` (same sentences, batches, batch size and
     device), so on the same machine it is the logged best to the last bit; a resumed run whose
-    best was logged elsewhere may differ in the last bits, and a warning says so.
+    best was logged elsewhere may differ in the last bits, and a warning says so. Without a
+    ModelCheckpoint keeping the best dev score (callbacks=none), the final weights are scored
+    instead, and the report says so (`report_final`).
     """
-    checkpoint = next((c for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint)), None)
-    best_path = checkpoint.best_model_path if checkpoint else ""
+    checkpoint = best_checkpoint_callback(trainer)
+    if checkpoint is None:
+        return report_final(trainer, dev_eval, test_split)
+    best_path = checkpoint.best_model_path
     if not best_path or dev_eval.best is None:
-        raise RuntimeError("training ended without a checkpoint: is the ModelCheckpoint callback configured?")
+        raise RuntimeError(
+            f"training ended at step {trainer.global_step} without a best checkpoint: no STS-B dev evaluation ran, "
+            "so ModelCheckpoint kept nothing"
+        )
     best, _ = load_checkpoint_encoder(best_path, trainer.strategy.root_device)
     dev = dev_eval.dev_spearman(best)
     test = test_split.evaluate(best, batch_size=dev_eval.batch_size)["test"]
@@ -68,12 +108,46 @@ def report_best(trainer: L.Trainer, dev_eval: STSBDevEvaluation, test_split: STS
         "stsb/test_pearson": test["pearson"],
         "stsb/best_step": best_step,
     }
+    _log_final(trainer, metrics)
+    if trainer.is_global_zero:
+        print(final_report(best_step, dev["spearman"], logged_dev, test["spearman"], best_path))
+    return {**metrics, "best_checkpoint": best_path, "stsb/dev_spearman_best": logged_dev, "scored_weights": "best"}
+
+
+def report_final(trainer: L.Trainer, dev_eval: STSBDevEvaluation, test_split: STSBenchmark) -> dict[str, Any]:
+    """No best checkpoint was kept: score STS-B dev and test with the final weights (in memory), log and print them.
+
+    The dev evaluation at the last step ran on these same weights, so the final dev score repeats it to
+    the last bit (a warning says otherwise). The best dev score logged during training is reported beside
+    it, since its weights are gone; `stsb/dev_spearman_best` (what sweeps optimise) stays that logged best.
+    """
+    final = trainer.lightning_module.encoder
+    dev = dev_eval.dev_spearman(final)
+    test = test_split.evaluate(final, batch_size=dev_eval.batch_size)["test"]
+    step = trainer.global_step
+    logged_final = dict(dev_eval.history).get(step)
+    if logged_final is not None and dev["spearman"] != logged_final:
+        warnings.warn(
+            f"the final weights score STS-B dev {dev['spearman']!r} now but {logged_final!r} was logged at step {step}",
+            stacklevel=1,
+        )
+    metrics = {
+        "stsb/final_dev_spearman": dev["spearman"],
+        "stsb/test_spearman": test["spearman"],
+        "stsb/test_pearson": test["pearson"],
+        "stsb/final_step": step,
+    }
+    _log_final(trainer, metrics)
+    if trainer.is_global_zero:
+        print(final_weights_report(step, dev["spearman"], dev_eval.best, test["spearman"]))
+    logged_best = dev_eval.best[1] if dev_eval.best else None
+    return {**metrics, "best_checkpoint": None, "stsb/dev_spearman_best": logged_best, "scored_weights": "final"}
+
+
+def _log_final(trainer: L.Trainer, metrics: dict[str, float]) -> None:
     for logger in trainer.loggers:
         logger.log_metrics(metrics, step=trainer.global_step)
         logger.finalize("success")
-    if trainer.is_global_zero:
-        print(final_report(best_step, dev["spearman"], logged_dev, test["spearman"], best_path))
-    return {**metrics, "best_checkpoint": best_path, "stsb/dev_spearman_best": logged_dev}
 
 
 def final_report(best_step: int, dev: float, logged_dev: float, test: float, best_path: str) -> str:
@@ -82,4 +156,15 @@ def final_report(best_step: int, dev: float, logged_dev: float, test: float, bes
         f"\nSTS-B dev Spearman (best, step {best_step}): {dev:.4f}   [logged during training: {logged_dev:.4f}]"
         f"\nSTS-B test Spearman (best checkpoint):    {test:.4f}"
         f"\nbest checkpoint: {best_path}\n"
+    )
+
+
+def final_weights_report(step: int, dev: float, best: tuple[int, float] | None, test: float) -> str:
+    """The closing lines when no best checkpoint was kept: the final weights' scores, and the best only as logged."""
+    logged = f"best logged during training: {best[1]:.4f} at step {best[0]}" if best else "no dev score logged"
+    return (
+        f"\nSTS-B dev Spearman (final weights, step {step}): {dev:.4f}   [{logged}]"
+        f"\nSTS-B test Spearman (final weights):    {test:.4f}"
+        f"\nno checkpoint kept: no ModelCheckpoint monitors {DEV_METRIC} (callbacks=default keeps the best), "
+        "so the final weights were scored, not the best\n"
     )

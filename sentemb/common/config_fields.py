@@ -1,0 +1,53 @@
+"""A config group's fields against the class it builds, and which options of a group have given fields.
+
+A field the class does not take (e.g. `loss.m` that a sweep sets on a loss without m) otherwise surfaces as a
+TypeError from deep inside Hydra's instantiate, without the key's group option or a fix.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from hydra.utils import get_object
+from omegaconf import DictConfig, OmegaConf
+
+from sentemb.common.errors import SentembConfigError
+from sentemb.common.paths import CONF_DIR
+
+
+def check_fields(node: DictConfig, group: str, option: str | None = None) -> None:
+    """Every field of a `group` config is a parameter of the class it builds (a stray one, e.g. a sweep's
+    `loss.m` on a loss without m, would otherwise surface as a TypeError from deep inside Hydra)."""
+    target = node.get("_target_")
+    if not target:
+        return
+    parameters = inspect.signature(get_object(str(target))).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return
+    fields = [str(key) for key in node if not str(key).startswith("_")]
+    stray = [key for key in fields if key not in parameters]
+    if stray:
+        name = f"{group}={option}" if option else group
+        takes = ", ".join(k for k, p in parameters.items() if p.kind is p.POSITIONAL_OR_KEYWORD and k != "self")
+        raise SentembConfigError(
+            f"{', '.join(f'{group}.{key}' for key in stray)}: {name} ({str(target).rsplit('.', 1)[-1]}) has no such "
+            f"field (it takes {takes}). Fix: {pick_advice(group, fields)}, or drop "
+            f"{' '.join(f'~{group}.{key}' for key in stray)}"
+        )
+
+
+def options_with(group: str, fields: list[str]) -> list[str]:
+    """The `conf/<group>/` options whose own fields include all of `fields`."""
+    return [
+        path.stem
+        for path in sorted((CONF_DIR / group).glob("*.yaml"))
+        if all(field in (OmegaConf.load(path) or {}) for field in fields)
+    ]
+
+
+def pick_advice(group: str, fields: list[str]) -> str:
+    """'a loss with m, tau: loss=mmhe / ...' for a fix message, or that no option has them all."""
+    found = options_with(group, fields) if (CONF_DIR / group).is_dir() else []
+    if not found:
+        return f"no {group}= option has all of {', '.join(fields)} (a typo?)"
+    return f"a {group} with {', '.join(fields)}: {group}={' / '.join(found)}"
