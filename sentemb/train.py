@@ -1,5 +1,8 @@
 """`python -m sentemb.train [group=option ...] [key=value ...]`: train, keep the best STS-B dev
-checkpoint, report STS-B test of that checkpoint. Returns the optimized metric for sweepers.
+checkpoint, report STS-B test of that checkpoint (under callbacks=none: of the final weights, and
+the report says so). Returns the optimized metric for sweepers. A run directory that already holds
+a run is skipped, resumed or started afresh (sentemb.runs.restart); a preemption signal stops the
+run with a step-aligned last.ckpt (sentemb.training.resume).
 """
 
 from __future__ import annotations
