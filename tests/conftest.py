@@ -44,3 +44,15 @@ def tiny_overrides(small_corpus: Path) -> list[str]:
         "eval.at_start=false",
         "trainer.log_every_n_steps=1",
     ]
+
+
+@pytest.fixture
+def small_stsb(tmp_path: Path, data_root: Path) -> Path:
+    """The first 200 pairs of STS-B dev and test: for runs that score dev often, not for the scores themselves."""
+    source = data_root / "senteval" / "downstream" / "STS" / "STSBenchmark"
+    folder = tmp_path / "stsb"
+    folder.mkdir()
+    for split in ("dev", "test"):
+        lines = (source / f"sts-{split}.csv").read_text(encoding="utf-8").splitlines(keepends=True)[:200]
+        (folder / f"sts-{split}.csv").write_text("".join(lines), encoding="utf-8")
+    return folder

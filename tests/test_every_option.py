@@ -242,18 +242,6 @@ def test_a_sweep_whose_keys_the_config_lacks_stops_before_its_first_job(tmp_path
     assert not list(tmp_path.rglob("metrics.json")), "no job started"
 
 
-@pytest.fixture
-def small_stsb(tmp_path: Path, data_root: Path) -> Path:
-    """The first 200 pairs of STS-B dev and test: the dev and test scoring of each run, at a seventh of the cost."""
-    source = data_root / "senteval" / "downstream" / "STS" / "STSBenchmark"
-    folder = tmp_path / "stsb"
-    folder.mkdir()
-    for split in ("dev", "test"):
-        lines = (source / f"sts-{split}.csv").read_text(encoding="utf-8").splitlines(keepends=True)[:200]
-        (folder / f"sts-{split}.csv").write_text("".join(lines), encoding="utf-8")
-    return folder
-
-
 def run_overrides(group: str, option: str, corpus: Path, stsb: Path, tmp_path: Path) -> list[str]:
     """One tiny training step of the option; a hub model is swapped for its tiny stand-in unless the option is it."""
     overrides = option_overrides(group, option, corpus)

@@ -39,18 +39,6 @@ def numbered_corpus(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.fixture
-def small_stsb(tmp_path: Path, data_root: Path) -> Path:
-    """The first 150 pairs of STS-B dev and test: the resume tests score dev often, not the scores themselves."""
-    source = data_root / "senteval" / "downstream" / "STS" / "STSBenchmark"
-    target = tmp_path / "stsb"
-    target.mkdir()
-    for split in ("dev", "test"):
-        lines = (source / f"sts-{split}.csv").read_text(encoding="utf-8").splitlines(keepends=True)[:150]
-        (target / f"sts-{split}.csv").write_text("".join(lines), encoding="utf-8")
-    return target
-
-
 def stream(corpus: Path, tokenizer=None, batch_size: int = 10, **options) -> ShuffledLineStream:
     options = {"seed": 1, "shuffle_buffer": 64, **options}
     return ShuffledLineStream(corpus, tokenizer, batch_size, max_length=32, **options)
