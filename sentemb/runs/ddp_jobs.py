@@ -22,7 +22,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from sentemb.common.errors import Preempted, SentembConfigError
+from sentemb.common.errors import Preempted, SentembConfigError, TrainingDiverged
 from sentemb.runs.jobs import is_multirun, job_overrides, override_key
 from sentemb.runs.record import read_record
 
@@ -142,8 +142,6 @@ class RankFailed(RuntimeError):
 def raise_rank_failure(output_dir: Path, err: Any) -> None:
     """The job's failure as its ranks left it: rank 0's own record if it diverged or was preempted, else the first
     rank to fail (the others were stopped by torchrun or lost their peer)."""
-    from sentemb.common.errors import TrainingDiverged
-
     rank0 = read_record(output_dir) or {}
     if rank0.get("status") == "diverged":
         raise TrainingDiverged(rank0["message"]) from err

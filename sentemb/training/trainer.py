@@ -86,9 +86,9 @@ def report_best(trainer: L.Trainer, dev_eval: STSBDevEvaluation, test_split: STS
             "so ModelCheckpoint kept nothing"
         )
     best, _ = load_checkpoint_encoder(best_path, trainer.strategy.root_device)
-    dev = dev_eval.dev_spearman(best)
-    test = test_split.evaluate(best, batch_size=dev_eval.batch_size)["test"]
     best_step, logged_dev = dev_eval.best
+    metrics = _scores(best, dev_eval, test_split, "best", best_step)
+    dev = metrics["stsb/best_dev_spearman"]
     kept_score = checkpoint.best_model_score
     if kept_score is not None and float(kept_score) != logged_dev:
         warnings.warn(
@@ -96,21 +96,15 @@ def report_best(trainer: L.Trainer, dev_eval: STSBDevEvaluation, test_split: STS
             f"is {logged_dev!r} (step {best_step}): the checkpoint and the log disagree",
             stacklevel=1,
         )
-    if dev["spearman"] != logged_dev:
+    if dev != logged_dev:
         warnings.warn(
-            f"the best checkpoint scores STS-B dev {dev['spearman']!r} now but {logged_dev!r} was logged at step "
+            f"the best checkpoint scores STS-B dev {dev!r} now but {logged_dev!r} was logged at step "
             f"{best_step}: another device, thread count or torch kernel than the training run's",
             stacklevel=1,
         )
-    metrics = {
-        "stsb/best_dev_spearman": dev["spearman"],
-        "stsb/test_spearman": test["spearman"],
-        "stsb/test_pearson": test["pearson"],
-        "stsb/best_step": best_step,
-    }
     _log_final(trainer, metrics)
     if trainer.is_global_zero:
-        print(final_report(best_step, dev["spearman"], logged_dev, test["spearman"], best_path))
+        print(final_report(best_step, dev, logged_dev, metrics["stsb/test_spearman"], best_path))
     return {**metrics, "best_checkpoint": best_path, "stsb/dev_spearman_best": logged_dev, "scored_weights": "best"}
 
 
@@ -121,27 +115,33 @@ def report_final(trainer: L.Trainer, dev_eval: STSBDevEvaluation, test_split: ST
     the last bit (a warning says otherwise). The best dev score logged during training is reported beside
     it, since its weights are gone; `stsb/dev_spearman_best` (what sweeps optimise) stays that logged best.
     """
-    final = trainer.lightning_module.encoder
-    dev = dev_eval.dev_spearman(final)
-    test = test_split.evaluate(final, batch_size=dev_eval.batch_size)["test"]
     step = trainer.global_step
-    logged_final = dict(dev_eval.history).get(step)
-    if logged_final is not None and dev["spearman"] != logged_final:
+    metrics = _scores(trainer.lightning_module.encoder, dev_eval, test_split, "final", step)
+    dev, logged_final = metrics["stsb/final_dev_spearman"], dict(dev_eval.history).get(step)
+    if logged_final is not None and dev != logged_final:
         warnings.warn(
-            f"the final weights score STS-B dev {dev['spearman']!r} now but {logged_final!r} was logged at step {step}",
+            f"the final weights score STS-B dev {dev!r} now but {logged_final!r} was logged at step {step}",
             stacklevel=1,
         )
-    metrics = {
-        "stsb/final_dev_spearman": dev["spearman"],
-        "stsb/test_spearman": test["spearman"],
-        "stsb/test_pearson": test["pearson"],
-        "stsb/final_step": step,
-    }
     _log_final(trainer, metrics)
     if trainer.is_global_zero:
-        print(final_weights_report(step, dev["spearman"], dev_eval.best, test["spearman"]))
+        print(final_weights_report(step, dev, dev_eval.best, metrics["stsb/test_spearman"]))
     logged_best = dev_eval.best[1] if dev_eval.best else None
     return {**metrics, "best_checkpoint": None, "stsb/dev_spearman_best": logged_best, "scored_weights": "final"}
+
+
+def _scores(
+    encoder: Any, dev_eval: STSBDevEvaluation, test_split: STSBenchmark, weights: str, step: int
+) -> dict[str, float]:
+    """STS-B dev (the callback's own computation) and test of `encoder`, keyed by which weights they are."""
+    dev = dev_eval.dev_spearman(encoder)
+    test = test_split.evaluate(encoder, batch_size=dev_eval.batch_size)["test"]
+    return {
+        f"stsb/{weights}_dev_spearman": dev["spearman"],
+        "stsb/test_spearman": test["spearman"],
+        "stsb/test_pearson": test["pearson"],
+        f"stsb/{weights}_step": step,
+    }
 
 
 def _log_final(trainer: L.Trainer, metrics: dict[str, float]) -> None:
