@@ -3,7 +3,8 @@
 Prompt ([MASK] state of a template), HiCL (segment aggregation) and SARCSE (TextCNN head) rewrite
 the token ids or pool them in their own way, so the exported folder keeps sentemb's own
 `SentenceEncoder`: `SentenceTransformer(dir)` imports this class (from the installed `sentemb`
-package), rebuilds the pooling/head from the saved config and loads the saved weights. The
+package), rebuilds the pooling/head from the saved config (sentemb's own parts only: a `_target_` in
+the JSON is looked up in a closed registry, never imported) and loads the saved weights. The
 forward is sentemb's `encode()` computation, so the embeddings agree with it. Loading a folder
 builds the encoder through `sentemb.encoders.build`, which imports no training code (no Lightning).
 """
@@ -19,7 +20,9 @@ import torch
 from safetensors.torch import load_file, save_file
 from sentence_transformers.base.modules.input_module import InputModule
 
-from sentemb.encoders.build import build_encoder
+from sentemb.common.errors import SentembConfigError
+from sentemb.encoders.backbones import pretrained_backbone, pretrained_tokenizer
+from sentemb.encoders.build import build_encoder, dotted
 
 CONFIG = "sentemb_config.json"
 POOLING_WEIGHTS = "sentemb_pooling.safetensors"
@@ -64,11 +67,31 @@ class SentembEncoder(InputModule):
     @classmethod
     def load(cls, model_name_or_path: str, subfolder: str = "", **kwargs: Any) -> SentembEncoder:
         folder = str(Path(model_name_or_path) / subfolder)
-        config = json.loads((Path(folder) / CONFIG).read_text())
+        pooling, head = read_config(Path(folder) / CONFIG)
         model = {
-            "backbone": {"_target_": "sentemb.encoders.backbones.pretrained_backbone", "name_or_path": folder},
-            "tokenizer": {"_target_": "sentemb.encoders.backbones.pretrained_tokenizer", "name_or_path": folder},
+            "backbone": {"_target_": dotted(pretrained_backbone), "name_or_path": folder},
+            "tokenizer": {"_target_": dotted(pretrained_tokenizer), "name_or_path": folder},
         }
-        encoder = build_encoder(model, config["pooling"], config["head"])
+        try:  # sentemb's own parts only, built from plain options (encoders.build.PARTS): the JSON names no code
+            encoder = build_encoder(model, pooling, head)
+        except SentembConfigError as err:
+            raise SentembConfigError(f"{Path(folder) / CONFIG}: {err}") from None
         encoder.pooling.load_state_dict(load_file(Path(folder) / POOLING_WEIGHTS))
-        return cls(encoder.eval(), config["pooling"], config["head"])
+        return cls(encoder.eval(), pooling, head)
+
+
+def read_config(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The pooling and head configs of an exported folder's sentemb_config.json, checked for their shape."""
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise SentembConfigError(
+            f"{path}: unreadable ({err}). Fix: export the folder again (python -m sentemb.export)"
+        ) from None
+    pooling, head = (config.get("pooling"), config.get("head")) if isinstance(config, dict) else (None, None)
+    if not isinstance(pooling, dict) or not isinstance(head, dict | None):
+        raise SentembConfigError(
+            f"{path}: expected {{'pooling': {{...}}, 'head': {{...}} or null}}. Fix: export the folder again "
+            "(python -m sentemb.export)"
+        )
+    return pooling, head

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.hydra_plumbing import compose_config
 from sentemb.eval.suite import load_encoder
 from sentemb.export import export
 from tests.conftest import CONF_DIR
@@ -48,12 +49,8 @@ assert "lightning" not in sys.modules, "loading an exported folder imported Ligh
 
 
 def compose_export(overrides: list[str]):
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose("export", overrides=overrides)
+    """conf/export.yaml with `overrides`, Hydra's runtime config set as `python -m sentemb.export` would."""
+    return compose_config(CONF_DIR, "export", overrides)
 
 
 def encode_in_fresh_process(folders: list[Path]) -> list[np.ndarray]:

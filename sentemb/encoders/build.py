@@ -2,34 +2,84 @@
 
 Training (`SentembModule`), evaluation, export and exported folders (`sentemb.st_modules`) all
 build their encoder here, so each gets the same backbone, pooling and head from the same config.
+The configs may come from a file (a checkpoint's hyper-parameters, an exported folder's JSON), so
+a part is built only from a closed registry of sentemb's own classes and loaders (`PARTS`): the
+`_target_` a file names is looked up there, never imported or handed to Hydra's `instantiate`.
 """
 
 from __future__ import annotations
 
-import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from sentemb.common.hydra_plumbing import instantiate_checked
-from sentemb.encoders.backbones import check_backbone_options, freeze_all_but_top_layers
+from sentemb.common.errors import SentembConfigError
+from sentemb.encoders.backbones import (
+    check_backbone_options,
+    freeze_all_but_top_layers,
+    pretrained_backbone,
+    pretrained_tokenizer,
+    tiny_bert,
+    tiny_roberta,
+    tiny_roberta_tokenizer,
+)
+from sentemb.encoders.checkpoint import current_targets, read_checkpoint
 from sentemb.encoders.encoder import SentenceEncoder
-
-# checkpoints written before the encoder parts moved into sentemb/encoders/ name them by their old modules
-MOVED_TARGET = re.compile(r"^sentemb\.(backbones|encoder|pooling|prompt|hicl|sarcse)\.")
-# keys older checkpoints carry that no constructor takes any more (HiCL's length now lives in data.max_length)
-RETIRED_KEYS = {"sentemb.encoders.hicl.HiCLPooling": ("train_max_length",)}
+from sentemb.encoders.hicl import HiCLPooling
+from sentemb.encoders.pooling import CLSPooling, MeanPooling, PromptPooling
+from sentemb.encoders.sarcse import SARCSEHead
 
 
-def current_targets(node: Any) -> Any:
-    """`node` as today's constructors take it: every `_target_` of a moved module renamed
-    (sentemb.pooling.X → sentemb.encoders.pooling.X), retired keys dropped."""
-    if not isinstance(node, dict):
-        return node
-    target = MOVED_TARGET.sub(r"sentemb.encoders.\1.", node["_target_"]) if "_target_" in node else None
-    retired = RETIRED_KEYS.get(target, ())
-    return {k: target if k == "_target_" else current_targets(v) for k, v in node.items() if k not in retired}
+def dotted(part: Callable[..., Any]) -> str:
+    return f"{part.__module__}.{part.__qualname__}"
+
+
+# the only things a config may build: config key → {its `_target_` → the class or loader}
+PARTS: dict[str, dict[str, Callable[..., Any]]] = {
+    key: {dotted(part): part for part in parts}
+    for key, parts in {
+        "model.backbone": (pretrained_backbone, tiny_bert, tiny_roberta),
+        "model.tokenizer": (pretrained_tokenizer, tiny_roberta_tokenizer),
+        "pooling": (CLSPooling, MeanPooling, PromptPooling, HiCLPooling),
+        "head": (SARCSEHead,),
+    }.items()
+}
+
+
+def plain_value(value: Any) -> bool:
+    """A JSON-like value with no `_target_` anywhere inside (nothing in it names code to build)."""
+    if isinstance(value, dict):
+        return "_target_" not in value and all(isinstance(k, str) and plain_value(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return all(plain_value(v) for v in value)
+    return value is None or isinstance(value, str | int | float | bool)
+
+
+def build_part(key: str, node: Any, **extra: Any) -> Any:
+    """The part `node` describes (`{"_target_": <a PARTS[key] name>, option: value, ...}`), called with its options
+    and `extra`; anything else is refused, naming `key` and the parts it may be, before anything is built."""
+    node = current_targets(node)
+    allowed = PARTS[key]
+    names = ", ".join(sorted(name.rsplit(".", 1)[-1] for name in allowed))
+    target = node.get("_target_") if isinstance(node, dict) else None
+    if target not in allowed:
+        raise SentembConfigError(
+            f"{key}._target_={target!r} is not one of sentemb's {key} parts ({names}): refused, nothing was "
+            f"imported or run. Fix: a {key} config naming one of them (conf/{key.split('.')[0]}/ has one for each)"
+        )
+    options = {name: value for name, value in node.items() if name != "_target_"}
+    odd = [name for name, value in options.items() if name.startswith("_") or not plain_value(value)]
+    if odd:
+        raise SentembConfigError(
+            f"{key}.{odd[0]}: sentemb builds {key} parts from plain options only (no `_` keys, no nested "
+            f"`_target_`): refused, nothing was run. Fix: remove {key}.{odd[0]}"
+        )
+    try:
+        return allowed[target](**options, **extra)
+    except TypeError as err:  # an option the class does not take: named, as Hydra's instantiate would not
+        raise SentembConfigError(f"{key}: {err}. Fix: remove the option or correct its name") from None
 
 
 def build_encoder(model: dict, pooling: dict, head: dict | None = None) -> SentenceEncoder:
@@ -38,26 +88,32 @@ def build_encoder(model: dict, pooling: dict, head: dict | None = None) -> Sente
     A head that makes the sentence vector itself (SARCSE) takes the pooling's place, or with HiCL
     the place of the per-segment pooling; the pooling refuses a head it cannot take.
     """
-    model, pooling, head = current_targets(model), current_targets(pooling), current_targets(head)
     dropout, layers = model.get("dropout"), model.get("trainable_layers")
     check_backbone_options(dropout, layers)
     # dropout is SimCSE's augmentation: model.dropout sets the hidden and attention dropout of any BERT/RoBERTa
     overrides = {} if dropout is None else {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
-    backbone = instantiate_checked(model["backbone"], **overrides)
+    backbone = build_part("model.backbone", model["backbone"], **overrides)
     if layers is not None:
         freeze_all_but_top_layers(backbone, layers)
-    tokenizer = instantiate_checked(model["tokenizer"])
+    tokenizer = build_part("model.tokenizer", model["tokenizer"])
     size = backbone.config.hidden_size
-    pooler = instantiate_checked(pooling, hidden_size=size)
+    pooler = build_part("pooling", pooling, hidden_size=size)
     if head:
-        pooler = pooler.with_head(instantiate_checked(head, hidden_size=size, special_ids=tokenizer.all_special_ids))
+        pooler = pooler.with_head(build_part("head", head, hidden_size=size, special_ids=tokenizer.all_special_ids))
     return SentenceEncoder(backbone, tokenizer, pooler, padding_free=model.get("padding_free", True))
 
 
 def load_checkpoint_encoder(path: str | Path, device: torch.device | str = "cpu") -> tuple[SentenceEncoder, dict]:
     """The encoder a training checkpoint holds (its saved model, pooling and head configs and weights), and the
-    checkpoint's hyper-parameters (model, pooling, head, loss, optimizer, scheduler)."""
-    checkpoint = torch.load(path, map_location=device, weights_only=False)
+    checkpoint's hyper-parameters (model, pooling, head, loss, optimizer, scheduler). The file is checked and read
+    without running anything it holds (`read_checkpoint`)."""
+    return encoder_from_checkpoint(read_checkpoint(path), device)
+
+
+def encoder_from_checkpoint(
+    checkpoint: dict[str, Any], device: torch.device | str = "cpu"
+) -> tuple[SentenceEncoder, dict]:
+    """The encoder of a checkpoint already read by `read_checkpoint`, and its hyper-parameters."""
     hparams = checkpoint["hyper_parameters"]
     encoder = build_encoder(hparams["model"], hparams["pooling"], hparams.get("head"))
     prefix = "encoder."

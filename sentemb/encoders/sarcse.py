@@ -192,7 +192,7 @@ def corpus_token_frequency(corpus: Path, tokenizer: PreTrainedTokenizerBase, cac
     cache = Path(cache_dir or Path.home() / ".cache" / "sentemb") / "token_frequency"
     path = cache / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.pt"
     if path.is_file():
-        return torch.load(path)
+        return torch.load(path, weights_only=True)  # a tensor only: a tampered cache file cannot run code
     counts = torch.zeros(len(tokenizer), dtype=torch.float64)
     lines = [line for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip()]
     for start in range(0, len(lines), 10_000):

@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, ListConfig
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.hydra_plumbing import resolved_container, target_name
 from sentemb.common.paths import resolve_data_root
-from sentemb.encoders.build import build_encoder, load_checkpoint_encoder
+from sentemb.encoders.build import build_encoder, encoder_from_checkpoint
+from sentemb.encoders.checkpoint import check_checkpoint_serves, read_checkpoint
 from sentemb.encoders.encoder import SentenceEncoder
 from sentemb.eval.cache import EmbeddingCache
 from sentemb.eval.figures import similarity_density_figure
@@ -48,14 +50,33 @@ def resolve_tasks(spec: str | list[str]) -> list[str]:
     return list(dict.fromkeys(tasks))
 
 
-def load_encoder(cfg: DictConfig, device: torch.device) -> tuple[SentenceEncoder, dict[str, Any], dict[str, Any]]:
-    """The checkpoint's own encoder + pooling, or model= with pooling=: (encoder, its source for the record,
-    the checkpoint's hyper-parameters or {})."""
+def asked_parts(cfg: DictConfig) -> dict[str, Any]:
+    """The model / pooling / head configs the command line set (`pooling=mean`, `pooling.mlp=always`, ...)."""
+    hydra = cfg.hydra if "hydra" in cfg else HydraConfig.get() if HydraConfig.initialized() else None
+    overrides = OmegaConf.select(hydra, "overrides.task", default=[]) if hydra is not None else []
+    groups = {str(o).lstrip("+~").split("=", 1)[0].split(".", 1)[0].split("@", 1)[0] for o in overrides}
+    return {part: resolved_container(cfg.get(part)) for part in ("model", "pooling", "head") if part in groups}
+
+
+def served_checkpoint(cfg: DictConfig) -> dict[str, Any] | None:
+    """`checkpoint=`, read with nothing in it run (tensors left on disk), whole and a sentemb checkpoint, whose
+    model / pooling / head are those the command line asks for, if it asks; None without a checkpoint."""
+    if not cfg.get("checkpoint"):
+        return None
+    checkpoint = read_checkpoint(cfg.checkpoint, key="checkpoint", mmap=True)
+    fix = "drop the model= / pooling= / head= overrides (a checkpoint is served with the parts it was trained with)"
+    check_checkpoint_serves(checkpoint["hyper_parameters"], asked_parts(cfg), cfg.checkpoint, "checkpoint", fix)
+    return checkpoint
+
+
+def load_encoder(
+    cfg: DictConfig, device: torch.device, checkpoint: dict[str, Any] | None = None
+) -> tuple[SentenceEncoder, dict[str, Any], dict[str, Any]]:
+    """The checkpoint's own encoder + pooling (`checkpoint`: already read by `served_checkpoint`), or model= with
+    pooling=: (encoder, its source for the record, the checkpoint's hyper-parameters or {})."""
     if cfg.checkpoint:
         path = Path(cfg.checkpoint).expanduser()
-        if not path.is_file():
-            raise SentembConfigError(f"checkpoint={path} does not exist. Fix: pass a .ckpt written by sentemb.train.")
-        encoder, hparams = load_checkpoint_encoder(path, device)
+        encoder, hparams = encoder_from_checkpoint(checkpoint or served_checkpoint(cfg), device)
         source = {"checkpoint": str(path), **{key: hparams.get(key) for key in ("model", "pooling", "head")}}
         return encoder, source, hparams
     model, pooling = resolved_container(cfg.model), resolved_container(cfg.pooling)
@@ -64,6 +85,7 @@ def load_encoder(cfg: DictConfig, device: torch.device) -> tuple[SentenceEncoder
 
 
 def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
+    checkpoint = served_checkpoint(cfg)  # first: a bad or mismatched checkpoint costs nothing else
     tasks = resolve_tasks(cfg.tasks)
     senteval_dir = resolve_data_root(cfg.paths.data_dir) / "senteval" / "downstream"
     sts_data = {task: load_sts_task(senteval_dir, task, cfg.sts_splits) for task in tasks if task in STS_TASKS}
@@ -73,7 +95,7 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
     figure_pairs = load_sts_task(senteval_dir, "STSBenchmark", ["test"])["test"] if cfg.figure else None
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device)
 
-    encoder, source, _ = load_encoder(cfg, device)
+    encoder, source, _ = load_encoder(cfg, device, checkpoint)
     cache = EmbeddingCache(encoder, batch_size=cfg.batch_size, max_length=cfg.max_length)
     cache.prefetch(
         [s for subsets in sts_data.values() for pairs in subsets.values() for s in pairs.first + pairs.second]

@@ -17,7 +17,7 @@ import os
 import random
 import signal
 import threading
-import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,8 @@ import torch
 from lightning.pytorch.callbacks import Checkpoint
 
 from sentemb.common.errors import Preempted, SentembConfigError
+from sentemb.common.hydra_plumbing import resolved_container
+from sentemb.encoders.checkpoint import check_checkpoint_serves, read_checkpoint
 from sentemb.training.callbacks import STSBDevEvaluation
 
 log = logging.getLogger(__name__)
@@ -34,44 +36,16 @@ log = logging.getLogger(__name__)
 LAST = "last.ckpt"
 
 
-def check_checkpoint_path(ckpt_path: str | None) -> None:
-    """ckpt_path, when set, must be a whole checkpoint file (read through once, nothing unpickled)."""
+def check_checkpoint_path(ckpt_path: str | None, cfg: Mapping[str, Any] | None = None, key: str = "ckpt_path") -> None:
+    """ckpt_path, when set: a whole sentemb checkpoint (read with its tensors left on disk, nothing in it run) of the
+    model, pooling and head that `cfg` builds, all before any corpus is read or model built."""
     if not ckpt_path:
         return
-    path = Path(ckpt_path).expanduser()
-    if not path.is_file():
-        raise SentembConfigError(
-            f"ckpt_path={ckpt_path}: no such checkpoint file. Fix: point it at a run's checkpoints/last.ckpt "
-            "(written at every dev evaluation), or drop ckpt_path to start fresh"
-        )
-    problem = checkpoint_problem(path)
-    if problem:
-        earlier = previous_good_checkpoint(path)
-        fallback = (
-            f"the previous good checkpoint is {earlier}: resume from it with ckpt_path={earlier}"
-            if earlier
-            else f"no other good checkpoint is in {path.parent}"
-        )
-        raise SentembConfigError(
-            f"{path} is truncated or corrupt ({problem}); {fallback}, or start afresh in a new run directory. "
-            "Nothing was deleted."
-        )
-
-
-def checkpoint_problem(path: Path) -> str:
-    """Why `path` is not a whole torch checkpoint ('' if it is): torch.save writes a zip whose CRCs cover it all."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            bad = archive.testzip()
-    except (zipfile.BadZipFile, OSError, EOFError) as err:
-        return f"{type(err).__name__}: {err}"
-    return f"member {bad} fails its CRC check" if bad else ""
-
-
-def previous_good_checkpoint(path: Path) -> Path | None:
-    """The newest other whole checkpoint next to `path` (e.g. the best-step one), or None."""
-    others = sorted((p for p in path.parent.glob("*.ckpt") if p != path), key=lambda p: -p.stat().st_mtime)
-    return next((p for p in others if not checkpoint_problem(p)), None)
+    checkpoint = read_checkpoint(ckpt_path, key=key, mmap=True)
+    if cfg is not None:
+        asked = {part: resolved_container(cfg.get(part)) for part in ("model", "pooling", "head")}
+        fix = "resume with the run's own model=, pooling= and head= (its .hydra/overrides.yaml), or start a new run"
+        check_checkpoint_serves(checkpoint["hyper_parameters"], asked, Path(ckpt_path), key or "ckpt_path", fix)
 
 
 def checkpoint_dir(ckpt_path: str | None, output_dir: str) -> str:
@@ -152,7 +126,8 @@ class LastCheckpoint(Checkpoint):
 
     def save(self, trainer: L.Trainer) -> None:
         partial = self.dirpath / f".{LAST}.partial"
-        trainer.save_checkpoint(partial)  # every rank calls it (a barrier); rank 0 writes
+        # the whole state (optimizer, loops: weights_only=False); every rank calls it (a barrier), rank 0 writes
+        trainer.save_checkpoint(partial, weights_only=False)
         if trainer.is_global_zero:
             os.replace(partial, self.dirpath / LAST)
 

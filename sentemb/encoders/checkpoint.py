@@ -1,0 +1,152 @@
+"""One check for every training checkpoint sentemb is handed (train's ckpt_path, evaluate, export, the best
+checkpoint a run rescores): readable, whole, a sentemb checkpoint, and matching what it is asked to serve.
+
+A checkpoint is a pickle, and a pickle can name any function to call while it loads. sentemb reads
+one only with `torch.load(weights_only=True)`: its unpickler builds tensors, dicts, lists, tuples,
+numbers and strings (all that sentemb writes: `SAFE_GLOBALS` adds nothing) and refuses anything else
+before it runs. The configs inside are then built from sentemb's own parts only (encoders.build).
+"""
+
+from __future__ import annotations
+
+import pickle
+import re
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from sentemb.common.errors import SentembConfigError
+
+# types beyond torch's weights-only set that sentemb checkpoints hold: none (rng_states keeps numpy's state as tensors)
+SAFE_GLOBALS: list[Any] = []
+# what Lightning writes for every LightningModule, and the parts SentembModule saves as hyper-parameters
+REQUIRED_KEYS = ("state_dict", "hyper_parameters", "pytorch-lightning_version")
+REQUIRED_HPARAMS = ("model", "pooling", "loss")
+
+# checkpoints written before the encoder parts moved into sentemb/encoders/ name them by their old modules
+MOVED_TARGET = re.compile(r"^sentemb\.(backbones|encoder|pooling|prompt|hicl|sarcse)\.")
+# keys older checkpoints carry that no constructor takes any more (HiCL's length now lives in data.max_length)
+RETIRED_KEYS = {"sentemb.encoders.hicl.HiCLPooling": ("train_max_length",)}
+
+
+def current_targets(node: Any) -> Any:
+    """`node` as today's constructors take it: every `_target_` of a moved module renamed
+    (sentemb.pooling.X → sentemb.encoders.pooling.X), retired keys dropped."""
+    if not isinstance(node, dict):
+        return node
+    target = MOVED_TARGET.sub(r"sentemb.encoders.\1.", node["_target_"]) if "_target_" in node else None
+    retired = RETIRED_KEYS.get(target, ())
+    return {k: target if k == "_target_" else current_targets(v) for k, v in node.items() if k not in retired}
+
+
+def checkpoint_problem(path: Path) -> str:
+    """Why `path` is not a whole torch checkpoint ('' if it is): torch.save writes a zip whose CRCs cover it all."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError) as err:
+        return f"{type(err).__name__}: {err}"
+    return f"member {bad} fails its CRC check" if bad else ""
+
+
+def previous_good_checkpoint(path: Path) -> Path | None:
+    """The newest other whole checkpoint next to `path` (e.g. the best-step one), or None."""
+    others = sorted((p for p in path.parent.glob("*.ckpt") if p != path), key=lambda p: -p.stat().st_mtime)
+    return next((p for p in others if not checkpoint_problem(p)), None)
+
+
+def read_checkpoint(path: str | Path, key: str = "checkpoint", mmap: bool = False) -> dict[str, Any]:
+    """The sentemb training checkpoint at `path`, loaded on the CPU without running anything it holds; a
+    SentembConfigError naming the file (as `key=path`; `key=""`: the path alone) and the fix if it is missing,
+    truncated, corrupt, holds other objects, or is not a sentemb checkpoint. `mmap`: tensors stay on disk (a check)."""
+    path = Path(path).expanduser()
+    named = f"{key}={path}" if key else str(path)
+    if not path.is_file():
+        raise SentembConfigError(
+            f"{named}: no such checkpoint file. Fix: point it at a .ckpt written by sentemb.train "
+            "(a run's checkpoints/best-step<N>.ckpt or last.ckpt)"
+        )
+    problem = checkpoint_problem(path)
+    if problem:
+        earlier = previous_good_checkpoint(path)
+        fallback = (
+            f"the previous good checkpoint is {earlier}: use {key or 'ckpt_path'}={earlier}"
+            if earlier
+            else f"no other good checkpoint is in {path.parent}"
+        )
+        raise SentembConfigError(
+            f"{named} is truncated or corrupt ({problem}); {fallback}, or train afresh in a new run directory. "
+            "Nothing was deleted."
+        )
+    try:
+        with torch.serialization.safe_globals(SAFE_GLOBALS):
+            checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except (pickle.UnpicklingError, RuntimeError, AttributeError, ValueError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise SentembConfigError(
+            f"{named} was refused: it holds objects a sentemb checkpoint never holds ({first}). Nothing in it "
+            "was run. Fix: pass a checkpoint written by sentemb.train; a file from elsewhere is loaded only if it "
+            "holds tensors and plain values"
+        ) from None
+    check_sentemb_checkpoint(checkpoint, named)
+    return checkpoint
+
+
+def check_sentemb_checkpoint(checkpoint: Any, named: str) -> None:
+    """A Lightning checkpoint of SentembModule: its weights, version and the model/pooling/loss it was trained with."""
+    missing = [k for k in REQUIRED_KEYS if not isinstance(checkpoint, dict) or k not in checkpoint]
+    hparams = checkpoint.get("hyper_parameters") if isinstance(checkpoint, dict) else None
+    if not missing and isinstance(hparams, dict):
+        missing = [f"hyper_parameters.{k}" for k in REQUIRED_HPARAMS if not isinstance(hparams.get(k), dict)]
+    if not missing and not any(str(k).startswith("encoder.") for k in checkpoint["state_dict"]):
+        missing = ["the encoder's weights (state_dict encoder.*)"]
+    if missing:
+        kind = type(checkpoint).__name__
+        raise SentembConfigError(
+            f"{named} is not a sentemb training checkpoint (a {kind} without {', '.join(missing)}). Fix: pass a "
+            ".ckpt written by sentemb.train; for a plain Hugging Face model use model.name_or_path=<folder> instead"
+        )
+
+
+def model_identity(model: dict[str, Any]) -> dict[str, Any]:
+    """What fixes a model's weights: its loaders and their options, and the model's name (a folder's last part: the
+    same model installed elsewhere is the same model; a packaged model's folder is `<package>/model`)."""
+    name = Path(str(model.get("name_or_path") or ""))
+    short = f"{name.parent.name}/{name.name}" if name.name == "model" else name.name
+    parts = {part: current_targets(model.get(part) or {}) for part in ("backbone", "tokenizer")}
+    return {
+        "name": short,
+        **{f"{part}.{k}": v for part, node in parts.items() for k, v in node.items() if k != "name_or_path"},
+    }
+
+
+# options that say where a part reads its data from, not what it computes: a resumed or served part may differ there
+RUN_ONLY_OPTIONS = ("corpus", "cache_dir")
+
+
+def config_differences(saved: dict[str, Any] | None, asked: dict[str, Any] | None) -> list[str]:
+    """The options of one part where `asked` differs from `saved` (`key: saved -> asked`); an option only one side
+    has (one added since) counts only if it is `_target_` or one side has no part at all."""
+    saved, asked = current_targets(saved) or {}, current_targets(asked) or {}
+    if bool(saved) != bool(asked):
+        return [f"{saved.get('_target_') or None} -> {asked.get('_target_') or None}"]
+    keys = [k for k in dict.fromkeys([*saved, *asked]) if k == "_target_" or (k in saved and k in asked)]
+    keys = [k for k in keys if k not in RUN_ONLY_OPTIONS]
+    return [f"{k}: {saved.get(k)!r} -> {asked.get(k)!r}" for k in keys if saved.get(k) != asked.get(k)]
+
+
+def check_checkpoint_serves(hparams: dict[str, Any], asked: dict[str, Any], path: Path, key: str, fix: str) -> None:
+    """The checkpoint's model/pooling/head against the parts a command asks for (`asked`: only the parts given);
+    a difference is refused, naming the file, the part, its options on both sides and `fix`."""
+    for part, wanted in asked.items():
+        if part == "model":
+            differences = config_differences(model_identity(hparams.get("model") or {}), model_identity(wanted or {}))
+        else:
+            differences = config_differences(hparams.get(part), wanted)
+        if differences:
+            raise SentembConfigError(
+                f"{key}={path} was trained with another {part} than the one asked for ({'; '.join(differences)}). "
+                f"Fix: {fix}"
+            )
