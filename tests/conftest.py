@@ -56,3 +56,22 @@ def small_stsb(tmp_path: Path, data_root: Path) -> Path:
         lines = (source / f"sts-{split}.csv").read_text(encoding="utf-8").splitlines(keepends=True)[:200]
         (folder / f"sts-{split}.csv").write_text("".join(lines), encoding="utf-8")
     return folder
+
+
+@pytest.fixture
+def forbid_model_loading(monkeypatch):
+    """Any backbone or tokenizer load fails the test: bad input must be reported before one."""
+
+    def loaded(*args, **kwargs):
+        raise AssertionError("a model was loaded before the bad input was reported")
+
+    import sentemb.encoders.backbones
+
+    for loader in (
+        "tiny_bert",
+        "tiny_roberta",
+        "pretrained_backbone",
+        "pretrained_tokenizer",
+        "tiny_roberta_tokenizer",
+    ):
+        monkeypatch.setattr(sentemb.encoders.backbones, loader, loaded)

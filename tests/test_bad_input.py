@@ -7,19 +7,11 @@ from pathlib import Path
 import pytest
 
 import sentemb.common.paths
-import sentemb.encoders.backbones
 from sentemb.common.errors import SentembConfigError
 from sentemb.train import train
 from tests.conftest import compose_train
 
-
-@pytest.fixture(autouse=True)
-def forbid_model_loading(monkeypatch):
-    def loaded(*args, **kwargs):
-        raise AssertionError("a model was loaded before the bad input was reported")
-
-    monkeypatch.setattr(sentemb.encoders.backbones, "tiny_bert", loaded)
-    monkeypatch.setattr(sentemb.encoders.backbones, "pretrained_backbone", loaded)
+pytestmark = pytest.mark.usefixtures("forbid_model_loading")
 
 
 def fails(overrides: list[str], tmp_path: Path) -> str:

@@ -227,7 +227,7 @@ def test_a_checkpoint_written_before_the_restructuring_loads_and_embeds_alike(ti
     from tests.test_train import run
 
     path = run([*tiny_overrides, "pooling=hicl", "pooling.slice_len=4", "trainer.max_steps=2"], tmp_path)
-    checkpoint = torch.load(path["best_checkpoint"], weights_only=False)
+    checkpoint = torch.load(path["best_checkpoint"], weights_only=True)
     hparams = checkpoint["hyper_parameters"]
     hparams["pooling"] = {**hparams["pooling"], "_target_": "sentemb.hicl.HiCLPooling", "train_max_length": 512}
     hparams["gather_negatives"] = True
@@ -237,4 +237,4 @@ def test_a_checkpoint_written_before_the_restructuring_loads_and_embeds_alike(ti
     expected = load_checkpoint_encoder(path["best_checkpoint"])[0].encode(sentences)
     # exact: the same weights through the same encode()
     assert (load_checkpoint_encoder(old)[0].encode(sentences) == expected).all()
-    assert (SentembModule.load_from_checkpoint(old, weights_only=False).encoder.encode(sentences) == expected).all()
+    assert (SentembModule.load_from_checkpoint(old, weights_only=True).encoder.encode(sentences) == expected).all()

@@ -153,3 +153,21 @@ def test_mteb_check_names_the_hub_when_mteb_is_installed_but_unreachable(tmp_pat
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")  # a filled cache: nothing left to refuse
     assert mteb_sts.check(tmp_path) is None
     assert "no modules.json" in mteb_sts.check(tmp_path / "missing")
+
+
+@pytest.mark.slow
+def test_an_exported_folder_whose_json_names_code_is_refused_by_sentence_transformers(tmp_path):
+    """SentenceTransformer(folder, trust_remote_code=True), as the model card says: a `_target_` planted in
+    sentemb_config.json is refused (its payload would create a folder) and the message names the file. ~10 s."""
+    folder = export(compose_export(["model=tiny", "pooling=prompt", f"out={tmp_path / 'st'}"]))
+    config = json.loads((folder / "sentemb_config.json").read_text())
+    payload = tmp_path / "pwned"
+    config["pooling"]["mlp"] = {"_target_": "os.makedirs", "name": str(payload)}
+    (folder / "sentemb_config.json").write_text(json.dumps(config))
+    command = [sys.executable, "-c", LOAD_AND_ENCODE, json.dumps(SENTENCES), str(folder)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode != 0 and not payload.exists(), "the folder's JSON was built"
+    assert (
+        f"{folder / 'sentemb_config.json'}: pooling.mlp: sentemb builds pooling parts from plain options"
+        in result.stderr
+    )

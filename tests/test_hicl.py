@@ -143,7 +143,7 @@ def test_hicl_training_logs_local_and_global_and_the_checkpoint_reproduces_dev(t
         parts += 0.1 * float(row["train/loss/entailment"])
         # float32 terms summed by the module vs float64 here; signed terms can cancel a few digits
         assert float(row["train/loss"]) == pytest.approx(parts, rel=1e-4)
-    reloaded = SentembModule.load_from_checkpoint(metrics["best_checkpoint"], map_location="cpu", weights_only=False)
+    reloaded = SentembModule.load_from_checkpoint(metrics["best_checkpoint"], map_location="cpu", weights_only=True)
     dev = STSBenchmark(Path(cfg.eval.stsb_dir), splits=("dev",))
     offline = dev.evaluate(reloaded.encoder, batch_size=cfg.eval.batch_size)["dev"]["spearman"]
     # exact: the callback's computation (dev alone, eval.batch_size, CPU) on the checkpoint's bit-identical weights

@@ -72,7 +72,7 @@ def test_sigterm_after_step_3_then_the_same_command_ends_as_the_uninterrupted_ru
     assert record(run)["status"] == "preempted" and record(run)["step"] == 3
     assert "SIGTERM at step 3" in record(run)["message"], record(run)
     assert "Traceback" not in stopped.stderr
-    checkpoint = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    checkpoint = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     assert checkpoint["global_step"] == 3, "the checkpoint is the step the signal arrived at, not the last dev step"
 
     train_command([*job, *KILL_AT_3], run)  # the same command: resumes by itself

@@ -104,7 +104,7 @@ def test_prompt_training_run_and_its_checkpoint_reproduce_the_dev_score(tiny_ove
 
     cfg = compose_train([*tiny_overrides, "pooling=prompt"], output_dir=tmp_path)
     metrics = train(cfg)
-    reloaded = SentembModule.load_from_checkpoint(metrics["best_checkpoint"], map_location="cpu", weights_only=False)
+    reloaded = SentembModule.load_from_checkpoint(metrics["best_checkpoint"], map_location="cpu", weights_only=True)
     assert isinstance(reloaded.encoder.pooling, PromptPooling)
     dev = STSBenchmark(Path(cfg.eval.stsb_dir), splits=("dev",))
     offline = dev.evaluate(reloaded.encoder, batch_size=cfg.eval.batch_size)["dev"]["spearman"]

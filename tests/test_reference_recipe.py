@@ -48,7 +48,7 @@ def test_trainable_layers_freeze_the_embeddings_and_the_lower_layers(tiny_overri
     cfg = compose_train(overrides, tmp_path / "initial")
     L.seed_everything(cfg.seed, workers=True)  # what train() does right before it builds the module
     initial = SentembModule.from_config(cfg).state_dict()
-    trained = torch.load(run(overrides, tmp_path)["best_checkpoint"], weights_only=False)["state_dict"]
+    trained = torch.load(run(overrides, tmp_path)["best_checkpoint"], weights_only=True)["state_dict"]
     frozen = [k for k in initial if ".embeddings." in k or ".encoder.layer.0." in k]
     trainable = [k for k in initial if ".encoder.layer.1." in k or k.startswith("encoder.pooling.mlp.")]
     assert frozen and trainable and len(frozen) + len(trainable) == len(initial)

@@ -41,7 +41,7 @@ def test_tiny_roberta_trains_through_every_pooling_and_the_head(parts, tiny_over
     rows = list(csv.DictReader((tmp_path / "csv" / "version_0" / "metrics.csv").open()))
     assert all(math.isfinite(float(r["train/loss"])) for r in rows if r.get("train/loss"))
     assert metrics["stsb/best_dev_spearman"] == metrics["stsb/dev_spearman_best"]  # one computation (issue 9)
-    reloaded = SentembModule.load_from_checkpoint(metrics["best_checkpoint"], map_location="cpu", weights_only=False)
+    reloaded = SentembModule.load_from_checkpoint(metrics["best_checkpoint"], map_location="cpu", weights_only=True)
     assert type(reloaded.encoder.backbone).__name__ == "RobertaModel"
     assert Path(metrics["best_checkpoint"]).is_file()
 

@@ -109,7 +109,7 @@ def test_sarcse_training_logs_each_term_and_the_checkpoint_reproduces_dev(extra,
             parts += 0.05 * float(row["train/loss/local"])
         # float32 terms summed by the module vs float64 here; signed terms can cancel a few digits
         assert float(row["train/loss"]) == pytest.approx(parts, rel=1e-4)
-    reloaded = SentembModule.load_from_checkpoint(metrics["best_checkpoint"], map_location="cpu", weights_only=False)
+    reloaded = SentembModule.load_from_checkpoint(metrics["best_checkpoint"], map_location="cpu", weights_only=True)
     assert reloaded.encoder.encode(["a test"]).shape == (1, 3 * 15)
     dev = STSBenchmark(Path(cfg.eval.stsb_dir), splits=("dev",))
     offline = dev.evaluate(reloaded.encoder, batch_size=cfg.eval.batch_size)["dev"]["spearman"]

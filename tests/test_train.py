@@ -92,7 +92,7 @@ def test_final_report_repeats_the_logged_dev_score_exactly(tiny_overrides, tmp_p
     assert printed and int(printed[1]) == metrics["stsb/best_step"]
     assert printed[2] == printed[3] == f"{logged:.4f}"
 
-    reloaded = SentembModule.load_from_checkpoint(metrics["best_checkpoint"], map_location="cpu", weights_only=False)
+    reloaded = SentembModule.load_from_checkpoint(metrics["best_checkpoint"], map_location="cpu", weights_only=True)
     dev_only = STSBenchmark(Path(cfg.eval.stsb_dir), splits=("dev",))
     both = STSBenchmark(Path(cfg.eval.stsb_dir), splits=("dev", "test"))
     offline = dev_only.evaluate(reloaded.encoder, batch_size=cfg.eval.batch_size)["dev"]["spearman"]
@@ -170,8 +170,8 @@ def test_training_is_deterministic_on_cpu(tiny_overrides, tmp_path):
     second = run(tiny_overrides, tmp_path / "b")
     # exact: the same job twice in one process (same seed, data order, threads, kernels)
     assert first["stsb/test_spearman"] == second["stsb/test_spearman"]
-    a = torch.load(first["best_checkpoint"], weights_only=False)["state_dict"]
-    b = torch.load(second["best_checkpoint"], weights_only=False)["state_dict"]
+    a = torch.load(first["best_checkpoint"], weights_only=True)["state_dict"]
+    b = torch.load(second["best_checkpoint"], weights_only=True)["state_dict"]
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 

@@ -9,41 +9,33 @@ a part is built only from a closed registry of sentemb's own classes and loaders
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
 
 from sentemb.common.errors import SentembConfigError
-from sentemb.encoders.backbones import (
-    check_backbone_options,
-    freeze_all_but_top_layers,
-    pretrained_backbone,
-    pretrained_tokenizer,
-    tiny_bert,
-    tiny_roberta,
-    tiny_roberta_tokenizer,
-)
+from sentemb.encoders import backbones, hicl, sarcse
+from sentemb.encoders import pooling as poolings
+from sentemb.encoders.backbones import check_backbone_options, freeze_all_but_top_layers
 from sentemb.encoders.checkpoint import current_targets, read_checkpoint
 from sentemb.encoders.encoder import SentenceEncoder
-from sentemb.encoders.hicl import HiCLPooling
-from sentemb.encoders.pooling import CLSPooling, MeanPooling, PromptPooling
-from sentemb.encoders.sarcse import SARCSEHead
 
-
-def dotted(part: Callable[..., Any]) -> str:
-    return f"{part.__module__}.{part.__qualname__}"
-
-
-# the only things a config may build: config key → {its `_target_` → the class or loader}
-PARTS: dict[str, dict[str, Callable[..., Any]]] = {
-    key: {dotted(part): part for part in parts}
+# the only things a config may build: config key → its `_target_`s, each a (module, name) of sentemb's own,
+# looked up when built (so a test's monkeypatch of a loader is seen)
+PARTS: dict[str, dict[str, tuple[ModuleType, str]]] = {
+    key: {f"{module.__name__}.{name}": (module, name) for module, name in parts}
     for key, parts in {
-        "model.backbone": (pretrained_backbone, tiny_bert, tiny_roberta),
-        "model.tokenizer": (pretrained_tokenizer, tiny_roberta_tokenizer),
-        "pooling": (CLSPooling, MeanPooling, PromptPooling, HiCLPooling),
-        "head": (SARCSEHead,),
+        "model.backbone": [(backbones, "pretrained_backbone"), (backbones, "tiny_bert"), (backbones, "tiny_roberta")],
+        "model.tokenizer": [(backbones, "pretrained_tokenizer"), (backbones, "tiny_roberta_tokenizer")],
+        "pooling": [
+            (poolings, "CLSPooling"),
+            (poolings, "MeanPooling"),
+            (poolings, "PromptPooling"),
+            (hicl, "HiCLPooling"),
+        ],
+        "head": [(sarcse, "SARCSEHead")],
     }.items()
 }
 
@@ -57,14 +49,14 @@ def plain_value(value: Any) -> bool:
     return value is None or isinstance(value, str | int | float | bool)
 
 
-def build_part(key: str, node: Any, **extra: Any) -> Any:
-    """The part `node` describes (`{"_target_": <a PARTS[key] name>, option: value, ...}`), called with its options
-    and `extra`; anything else is refused, naming `key` and the parts it may be, before anything is built."""
+def checked_part(key: str, node: Any) -> tuple[str, dict[str, Any]]:
+    """(`_target_`, options) of a part config: a `PARTS[key]` name with plain options, else refused naming `key` and
+    the parts it may be. Nothing is built or imported."""
     node = current_targets(node)
     allowed = PARTS[key]
-    names = ", ".join(sorted(name.rsplit(".", 1)[-1] for name in allowed))
     target = node.get("_target_") if isinstance(node, dict) else None
     if target not in allowed:
+        names = ", ".join(sorted(name.rsplit(".", 1)[-1] for name in allowed))
         raise SentembConfigError(
             f"{key}._target_={target!r} is not one of sentemb's {key} parts ({names}): refused, nothing was "
             f"imported or run. Fix: a {key} config naming one of them (conf/{key.split('.')[0]}/ has one for each)"
@@ -76,10 +68,27 @@ def build_part(key: str, node: Any, **extra: Any) -> Any:
             f"{key}.{odd[0]}: sentemb builds {key} parts from plain options only (no `_` keys, no nested "
             f"`_target_`): refused, nothing was run. Fix: remove {key}.{odd[0]}"
         )
+    return target, options
+
+
+def build_part(key: str, node: Any, **extra: Any) -> Any:
+    """The part `node` describes (`{"_target_": <a PARTS[key] name>, option: value, ...}`), called with its options
+    and `extra` (`checked_part` first)."""
+    target, options = checked_part(key, node)
+    module, name = PARTS[key][target]
     try:
-        return allowed[target](**options, **extra)
+        return getattr(module, name)(**options, **extra)
     except TypeError as err:  # an option the class does not take: named, as Hydra's instantiate would not
         raise SentembConfigError(f"{key}: {err}. Fix: remove the option or correct its name") from None
+
+
+def check_encoder_parts(model: dict, pooling: dict, head: dict | None = None) -> None:
+    """Every part of an encoder config is one of sentemb's own with plain options (`checked_part`); nothing is built."""
+    for key, node in (("model.backbone", model.get("backbone")), ("model.tokenizer", model.get("tokenizer"))):
+        checked_part(key, node)
+    checked_part("pooling", pooling)
+    if head:
+        checked_part("head", head)
 
 
 def build_encoder(model: dict, pooling: dict, head: dict | None = None) -> SentenceEncoder:
@@ -88,6 +97,7 @@ def build_encoder(model: dict, pooling: dict, head: dict | None = None) -> Sente
     A head that makes the sentence vector itself (SARCSE) takes the pooling's place, or with HiCL
     the place of the per-segment pooling; the pooling refuses a head it cannot take.
     """
+    check_encoder_parts(model, pooling, head)  # all before any is built: a bad pooling costs no backbone load
     dropout, layers = model.get("dropout"), model.get("trainable_layers")
     check_backbone_options(dropout, layers)
     # dropout is SimCSE's augmentation: model.dropout sets the hidden and attention dropout of any BERT/RoBERTa

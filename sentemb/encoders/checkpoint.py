@@ -77,7 +77,7 @@ def read_checkpoint(path: str | Path, key: str = "checkpoint", mmap: bool = Fals
             else f"no other good checkpoint is in {path.parent}"
         )
         raise SentembConfigError(
-            f"{named} is truncated or corrupt ({problem}); {fallback}, or train afresh in a new run directory. "
+            f"{named} is truncated or corrupt ({problem}). Fix: {fallback}, or train afresh in a new run directory. "
             "Nothing was deleted."
         )
     try:

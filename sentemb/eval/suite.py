@@ -18,7 +18,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.hydra_plumbing import resolved_container, target_name
 from sentemb.common.paths import resolve_data_root
-from sentemb.encoders.build import build_encoder, encoder_from_checkpoint
+from sentemb.encoders.build import build_encoder, check_encoder_parts, encoder_from_checkpoint
 from sentemb.encoders.checkpoint import check_checkpoint_serves, read_checkpoint
 from sentemb.encoders.encoder import SentenceEncoder
 from sentemb.eval.cache import EmbeddingCache
@@ -64,8 +64,10 @@ def served_checkpoint(cfg: DictConfig) -> dict[str, Any] | None:
     if not cfg.get("checkpoint"):
         return None
     checkpoint = read_checkpoint(cfg.checkpoint, key="checkpoint", mmap=True)
+    hparams = checkpoint["hyper_parameters"]
+    check_encoder_parts(hparams["model"], hparams["pooling"], hparams.get("head"))  # a config naming code: refused
     fix = "drop the model= / pooling= / head= overrides (a checkpoint is served with the parts it was trained with)"
-    check_checkpoint_serves(checkpoint["hyper_parameters"], asked_parts(cfg), cfg.checkpoint, "checkpoint", fix)
+    check_checkpoint_serves(hparams, asked_parts(cfg), cfg.checkpoint, "checkpoint", fix)
     return checkpoint
 
 
