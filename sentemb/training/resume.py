@@ -129,8 +129,8 @@ class LastCheckpoint(Checkpoint):
 
     def save(self, trainer: L.Trainer) -> None:
         partial = self.dirpath / f".{LAST}.partial"
-        # the whole state (optimizer, loops: weights_only=False); every rank calls it (a barrier), rank 0 writes
-        trainer.save_checkpoint(partial, weights_only=False)
+        # the whole state, not the weights alone (said, so Lightning logs no default); a barrier: rank 0 writes
+        trainer.save_checkpoint(partial, False)
         if trainer.is_global_zero:
             os.replace(partial, self.dirpath / LAST)
 
