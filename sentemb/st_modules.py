@@ -21,8 +21,7 @@ from safetensors.torch import load_file, save_file
 from sentence_transformers.base.modules.input_module import InputModule
 
 from sentemb.common.errors import SentembConfigError
-from sentemb.encoders.backbones import pretrained_backbone, pretrained_tokenizer
-from sentemb.encoders.build import build_encoder, dotted
+from sentemb.encoders.build import build_encoder
 
 CONFIG = "sentemb_config.json"
 POOLING_WEIGHTS = "sentemb_pooling.safetensors"
@@ -69,8 +68,8 @@ class SentembEncoder(InputModule):
         folder = str(Path(model_name_or_path) / subfolder)
         pooling, head = read_config(Path(folder) / CONFIG)
         model = {
-            "backbone": {"_target_": dotted(pretrained_backbone), "name_or_path": folder},
-            "tokenizer": {"_target_": dotted(pretrained_tokenizer), "name_or_path": folder},
+            "backbone": {"_target_": "sentemb.encoders.backbones.pretrained_backbone", "name_or_path": folder},
+            "tokenizer": {"_target_": "sentemb.encoders.backbones.pretrained_tokenizer", "name_or_path": folder},
         }
         try:  # sentemb's own parts only, built from plain options (encoders.build.PARTS): the JSON names no code
             encoder = build_encoder(model, pooling, head)
