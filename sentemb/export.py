@@ -14,6 +14,8 @@ the STS table (from `results.json` beside the checkpoint, or `evaluate=true`) an
 from __future__ import annotations
 
 import json
+import os
+import re
 import shlex
 import sys
 import tempfile
@@ -24,10 +26,13 @@ import hydra
 import torch
 import yaml
 from omegaconf import DictConfig, OmegaConf
+from safetensors.torch import load_file, save_file
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.hydra_plumbing import target_name
 from sentemb.common.paths import CONF_DIR
+from sentemb.encoders.backbones import check_model
+from sentemb.encoders.checkpoint import model_label
 from sentemb.encoders.encoder import SentenceEncoder
 from sentemb.encoders.pooling import CLSPooling, MeanPooling, mlp_linear
 from sentemb.eval.report import markdown_report
@@ -49,8 +54,7 @@ def sentence_transformer(encoder: SentenceEncoder, pooling: dict[str, Any], head
     with tempfile.TemporaryDirectory() as folder:  # Transformer loads from a folder: the backbone as trained
         encoder.backbone.save_pretrained(folder)
         encoder.tokenizer.save_pretrained(folder)
-        # BERT's pooler, which sentemb never trains, is initialised here and saved, so that loading the folder
-        # is silent; the Pooling module reads the token states, never the pooler
+        with_unused_pooler(Path(folder), encoder.backbone)
         transformer = Transformer(folder)
         modules = [transformer, Pooling(encoder.hidden_size, "cls" if type(pooler) is CLSPooling else "mean")]
         if isinstance(pooler, CLSPooling) and pooler.mlp is not None and pooler.mlp_use == "always":
@@ -60,14 +64,21 @@ def sentence_transformer(encoder: SentenceEncoder, pooling: dict[str, Any], head
         return SentenceTransformer(modules=modules, device="cpu")
 
 
+def with_unused_pooler(folder: Path, backbone: torch.nn.Module) -> None:
+    """BERT/RoBERTa load with a pooler (Dense + Tanh) that sentemb drops and sentence-transformers' Pooling never
+    reads: zeros are saved for it, so that loading the folder (here and by its users) initialises no weights."""
+    weights = folder / "model.safetensors"
+    if getattr(backbone, "pooler", "absent") is not None or not weights.is_file():  # no pooler in this family
+        return
+    tensors = load_file(weights)
+    size = backbone.config.hidden_size
+    tensors |= {"pooler.dense.weight": torch.zeros(size, size), "pooler.dense.bias": torch.zeros(size)}
+    save_file(tensors, weights, metadata={"format": "pt"})
+
+
 def model_name(source: dict[str, Any]) -> str:
     """sentemb-<backbone>-<pooling>[-<head>]-<loss>-<training run folder>: unique per training run."""
-    path = Path(source["model"].get("name_or_path") or "model")
-    backbone = path.parent.name if path.name == "model" else path.name  # a packaged model's folder is model/
-    loader = target_name(source["model"]["backbone"])
-    if loader.startswith("tiny"):
-        backbone = loader.replace("_", "-")
-    parts = ["sentemb", backbone, short(source["pooling"])]
+    parts = ["sentemb", model_label(source["model"]), short(source["pooling"])]
     if source.get("head"):
         parts.append(short(source["head"]))
     if source.get("loss"):
@@ -98,6 +109,13 @@ def model_card(
     name: str, source: dict[str, Any], results: dict[str, Any] | None, commands: list[str], custom: bool
 ) -> str:
     config = {k: source[k] for k in ("model", "pooling", "head", "loss", "optimizer", "scheduler") if source.get(k)}
+    trained = bool(source.get("checkpoint"))
+    about = (
+        "A sentence encoder trained with sentemb (unsupervised contrastive sentence embeddings)."
+        if trained
+        else f"An untrained encoder: {model_label(source['model'])} with {short(source['pooling'])} pooling as loaded, "
+        "exported by sentemb without training (a baseline)."
+    )
     lines = [
         "---",
         "library_name: sentence-transformers",
@@ -105,7 +123,7 @@ def model_card(
         "---",
         f"# {name}",
         "",
-        "A sentence encoder trained with sentemb (unsupervised contrastive sentence embeddings).",
+        about,
         "",
         "```python",
         "from sentence_transformers import SentenceTransformer",
@@ -136,13 +154,35 @@ def model_card(
         *commands,
         "```",
         "",
-        "## Training config",
+        "## Training config" if trained else "## Config",
         "",
         "```yaml",
-        yaml.safe_dump(config, sort_keys=False).rstrip(),
+        yaml.safe_dump(portable(config), sort_keys=False).rstrip(),
         "```",
     ]
     return "\n".join(lines) + "\n"
+
+
+# a model shipped inside a Python package, as conf/model/ names it (not this machine's install path)
+PACKAGED_MODEL = re.compile(r"^.*[/\\]site-packages[/\\](\w+)[/\\]model$")
+
+
+def portable(node: Any) -> Any:
+    """`node` with every packaged model's install path written as conf/model/ writes it: `${packaged_model:<pkg>}`."""
+    if isinstance(node, dict):
+        return {k: portable(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [portable(v) for v in node]
+    return PACKAGED_MODEL.sub(r"${packaged_model:\1}", node) if isinstance(node, str) else node
+
+
+def readable_by_all(folder: Path) -> None:
+    """Files written through temporary files (model.safetensors: mode 0600) get the modes the umask gives new files."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in folder.rglob("*"):
+        if path.is_file():
+            path.chmod(0o666 & ~umask)
 
 
 def demoted(markdown: str) -> str:
@@ -164,6 +204,8 @@ def export(cfg: DictConfig) -> Path:
     if not cfg.get("out"):
         raise SentembConfigError("out is not set. Fix: python -m sentemb.export checkpoint=<ckpt> out=<folder>")
     out = Path(cfg.out).expanduser()
+    if out.exists() and not out.is_dir():
+        raise SentembConfigError(f"out={out} is a file, not a folder: nothing is overwritten. Fix: pass a new folder")
     if out.exists() and any(out.iterdir()):
         raise SentembConfigError(f"out={out} is not empty: nothing is overwritten. Fix: pass a new folder")
     encoder, source, hparams = load_encoder(cfg, torch.device("cpu"))
@@ -184,6 +226,7 @@ def export(cfg: DictConfig) -> Path:
     model.save(str(out), model_name=name)
     custom = any(type(module).__module__ == "sentemb.st_modules" for module in model)
     (out / "README.md").write_text(model_card(name, source, results, commands, custom))
+    readable_by_all(out)
     print(f"{name}: sentence-transformers folder written to {out}")
     return out
 
@@ -191,6 +234,8 @@ def export(cfg: DictConfig) -> Path:
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="export")
 def main(cfg: DictConfig) -> None:
     try:
+        if not cfg.get("checkpoint"):  # model= with pooling=: a mistyped folder is named before anything loads
+            check_model(cfg.model)
         export(cfg)
     except SentembConfigError as err:
         sys.exit(f"sentemb: {err}")

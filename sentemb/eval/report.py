@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sentemb.encoders.checkpoint import model_label
+
 TABLE_NAMES = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R", "SST2": "SST-2"}
 
 
@@ -19,7 +21,7 @@ def score_table(scores: dict[str, float]) -> list[str]:
 
 def markdown_report(results: dict[str, Any]) -> str:
     source = results["source"]
-    what = source.get("checkpoint") or source["model"].get("name_or_path", "?")
+    what = source.get("checkpoint") or model_label(source["model"])
     lines = [f"# SentEval results: {what}", "", f"pooling: `{source['pooling'].get('_target_', '?')}`"]
     if "sts_table" in results:
         lines += ["", "## STS (Spearman ×100; STS12–16 'all', STS-B and SICK-R test)", ""]

@@ -19,7 +19,7 @@ from sentemb.common.errors import SentembConfigError
 from sentemb.common.hydra_plumbing import resolved_container, target_name
 from sentemb.common.paths import resolve_data_root
 from sentemb.encoders.build import build_encoder, check_encoder_parts, encoder_from_checkpoint
-from sentemb.encoders.checkpoint import check_checkpoint_serves, read_checkpoint
+from sentemb.encoders.checkpoint import check_checkpoint_serves, model_label, read_checkpoint
 from sentemb.encoders.encoder import SentenceEncoder
 from sentemb.eval.cache import EmbeddingCache
 from sentemb.eval.figures import similarity_density_figure
@@ -137,8 +137,7 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
 
 def describe(source: dict[str, Any]) -> str:
     pooling = target_name(source["pooling"]) or "?"
-    path = Path(source.get("checkpoint") or source["model"].get("name_or_path", "?"))
-    name = path.parent.name if path.name == "model" else path.name  # a packaged model's folder is called model/
+    name = Path(source["checkpoint"]).name if source.get("checkpoint") else model_label(source["model"])
     head = target_name(source.get("head"))
     return f"{name}, {pooling}" + (f" + {head}" if head else "")
 
