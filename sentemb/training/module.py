@@ -62,6 +62,13 @@ class SentembModule(L.LightningModule):
 
     def on_fit_start(self) -> None:
         self.encoder.pooling.prepare_training(self.encoder.tokenizer)  # e.g. SARCSE's corpus token frequencies
+        total = sum(p.numel() for p in self.parameters())
+        trainable = sum(p.numel() for p in self.parameters() if p.requires_grad)
+        if self.trainer.is_global_zero:
+            log.info(
+                f"model: {type(self.encoder.backbone).__name__} + {type(self.encoder.pooling).__name__}, "
+                f"{total / 1e6:.1f} M parameters, {trainable / 1e6:.1f} M trained; loss: {type(self.loss).__name__}"
+            )
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["rng_states"] = rng_states()  # resumes draw the dropout masks the uninterrupted run would have

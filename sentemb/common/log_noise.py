@@ -1,0 +1,64 @@
+"""The library log lines and warnings a sentemb run does not need, silenced in this one place, each with its reason.
+
+Everything else a library prints is left alone: a line that is not listed here may matter. The
+commands call `silence_known_noise()` when they start.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+# Python warnings (a regex of the message) → why a sentemb user need not act on them
+WARNINGS = {
+    r".*could not find the monitored key.*": "ModelCheckpoint checks its monitor every step; the dev metric exists "
+    "from the first dev evaluation on, by design",
+    r".*does not have many workers.*": "the train set is tokenised up front: worker processes would not speed up "
+    "building batches of tokenised rows",
+    r"Checkpoint directory .* exists and is not empty.*": "a resumed run writes into its own checkpoint folder (its "
+    "W&B run id lives there) on purpose; a fresh start sets an old run's checkpoints aside first (runs/restart.py)",
+    r".*isinstance\(treespec, LeafSpec\)` is deprecated.*": "Lightning 2.6 calls torch's pytree API in a form torch "
+    "2.13 deprecates: nothing a user can change",
+}
+
+# Lightning's info lines (the start of the message) → why they are dropped
+LIGHTNING_LINES = {
+    "💡 Tip:": "an advertisement for Lightning's cloud logger",
+    "Loading `train_dataloader` to estimate number of stepping batches": "the scheduler's length, computed every run",
+}
+
+
+class DropLines(logging.Filter):
+    """Drops the records whose message starts with one of `starts`."""
+
+    def __init__(self, starts: list[str]) -> None:
+        super().__init__()
+        self.starts = tuple(starts)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.starts)
+
+
+class DropPoolerOnlyReport(logging.Filter):
+    """transformers' LOAD REPORT when its only rows are the BERT/RoBERTa pooler weights sentemb leaves out on purpose
+    (add_pooling_layer=False: SimCSE never uses the NSP pooler); any other row keeps the whole report."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "LOAD REPORT" not in message:
+            return True
+        rows = [line.split("|") for line in message.splitlines()[2:] if line.count("|") >= 2]
+        return not rows or not all(r[0].strip().startswith("pooler.") and "UNEXPECTED" in r[1] for r in rows)
+
+
+def silence_known_noise() -> None:
+    """Install the filters above (a second call adds nothing)."""
+    for pattern in WARNINGS:
+        warnings.filterwarnings("ignore", message=pattern)
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, DropLines) for f in logger.filters):
+            logger.addFilter(DropLines(list(LIGHTNING_LINES)))
+    loading = logging.getLogger("transformers.modeling_utils")
+    if not any(isinstance(f, DropPoolerOnlyReport) for f in loading.filters):
+        loading.addFilter(DropPoolerOnlyReport())
