@@ -45,5 +45,9 @@ bench: install
 mteb: install
 	$(PY) -m sentemb.mteb_sts $(MODEL)
 
+# says what it removes before removing it (outputs/ holds every run's checkpoints and records)
+CLEANED := outputs multirun wandb lightning_logs .pytest_cache
 clean:
-	rm -rf outputs multirun wandb lightning_logs .pytest_cache
+	@found="$$(for d in $(CLEANED); do [ -e "$$d" ] && echo "$$d"; done)"; \
+	if [ -z "$$found" ]; then echo "make clean: nothing to remove ($(CLEANED) are absent)"; \
+	else echo "make clean: removing" $$found; rm -rf $$found; fi

@@ -1,10 +1,12 @@
 """The paradigm paper's theoretical analysis (Section 3.1) as a command.
 
-    python -m sentemb.analysis simulate [--out DIR] [--grid 100] [--batches 1000] [--seed 0]
+    python -m sentemb.analysis simulate [--out DIR [--overwrite]] [--grid 100] [--batches 1000] [--seed 0]
 
 Angles θ_ii' ~ N(μ_pos, 0.05²) and θ_ij' ~ N(μ_neg, 0.10²), μ_pos ∈ [π/20, π/2], μ_neg ∈
 [π/20, π], one positive and 127 negatives per batch, `--batches` batches per (μ_pos, μ_neg)
-cell on a `--grid` × `--grid` grid (the paper: 100 × 100, 1,000). Writes
+cell on a `--grid` × `--grid` grid (the paper: 100 × 100, 1,000), with a progress bar over the
+cells. Writes into a new folder, outputs/analysis/simulate/<date>_<time>/, unless `--out DIR` names
+one; a DIR that already holds these outputs is refused unless `--overwrite` is passed:
   figure2_gradient_dissipation.png   mean GD per cell for every loss with a GD (Figures 2 and 10)
   figure3_hardest_negative_share.png mean share of W held by the hardest negative vs μ_neg at
                                      μ_pos = π/6, per τ and per loss (Figure 3)
@@ -21,17 +23,27 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
+from sentemb.common.errors import SentembConfigError
 from sentemb.losses import build
 
 SIGMA_POS, SIGMA_NEG = 0.05, 0.10
 NEGATIVES = 127
 FIGURE3_TAUS = (0.01, 0.03, 0.05, 0.1, 0.3, 1.0)
+OUTPUTS = (
+    "figure2_gradient_dissipation.png",
+    "figure3_hardest_negative_share.png",
+    "figure4_dynamic_ratio.png",
+    "simulation.npz",
+)
 
 # one cell's quantity from cos θ_ii' (B,) and cos θ_ij' (B, 127), with θ_ii' (B,) for ArcCon
 Quantity = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -112,9 +124,15 @@ def dynamic_ratios() -> dict[str, Quantity]:
 
 
 def cell_means(
-    quantities: dict[str, Quantity], mu_pos: torch.Tensor, mu_neg: torch.Tensor, batches: int, seed: int
+    quantities: dict[str, Quantity],
+    mu_pos: torch.Tensor,
+    mu_neg: torch.Tensor,
+    batches: int,
+    seed: int,
+    progress: tqdm | None = None,
 ) -> dict[str, np.ndarray]:
-    """Mean of each quantity over `batches` batches for every (μ_pos, μ_neg) pair: arrays (len(mu_pos), len(mu_neg))."""
+    """Mean of each quantity over `batches` batches for every (μ_pos, μ_neg) pair: arrays (len(mu_pos), len(mu_neg)).
+    `progress` counts the cells done (one per quantity and pair)."""
     gen = torch.Generator().manual_seed(seed)
     unit_pos = torch.randn(batches, generator=gen, dtype=torch.float64)
     unit_neg = torch.randn(batches, NEGATIVES, generator=gen, dtype=torch.float64)
@@ -125,25 +143,51 @@ def cell_means(
         pos, neg = torch.cos(theta_pos), torch.cos(theta_neg)
         for name, quantity in quantities.items():
             out[name][row] = quantity(pos, neg, theta_pos, theta_neg).mean(dim=-1).numpy()
+            if progress is not None:
+                progress.update(len(mu_neg))
     return out
 
 
-def simulate(out_dir: Path, grid: int = 100, batches: int = 1000, seed: int = 0) -> dict[str, Path]:
-    """Compute Figures 2–4's arrays and write the PNGs; returns the written paths."""
+def default_out_dir() -> Path:
+    """A new folder per run, so an earlier run's figures are never replaced."""
+    return Path("outputs/analysis/simulate") / datetime.now().strftime("%Y-%m-%d_%H-%M-%S_%f")
+
+
+def check_out_dir(out_dir: Path, overwrite: bool) -> None:
+    """Refuse to replace an earlier simulation's outputs unless asked to, before the minutes of sampling."""
+    existing = [name for name in OUTPUTS if (out_dir / name).exists()]
+    if existing and not overwrite:
+        raise SentembConfigError(
+            f"--out {out_dir} already holds {', '.join(existing)} from an earlier simulation. Fix: pass --overwrite "
+            "to replace them (overwrite=True from Python), give another --out, or leave --out out for a new folder"
+        )
+    if existing:
+        print(f"--overwrite: replacing {', '.join(existing)} in {out_dir}", flush=True)
+
+
+def simulate(
+    out_dir: Path, grid: int = 100, batches: int = 1000, seed: int = 0, overwrite: bool = False
+) -> dict[str, Path]:
+    """Compute Figures 2–4's arrays and write the PNGs; returns the written paths. An `out_dir` that holds an
+    earlier simulation's outputs is refused (SentembConfigError) unless `overwrite`."""
+    check_out_dir(out_dir, overwrite)
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out_dir.mkdir(parents=True, exist_ok=True)
     mu_pos = torch.linspace(math.pi / 20, math.pi / 2, grid, dtype=torch.float64)
     mu_neg = torch.linspace(math.pi / 20, math.pi, grid, dtype=torch.float64)
-    dissipation = cell_means(gradient_dissipations(), mu_pos, mu_neg, batches, seed)
-    ratios = cell_means(dynamic_ratios(), mu_pos, mu_neg, batches, seed)
     fixed_pos = torch.tensor([math.pi / 6], dtype=torch.float64)
     by_tau = {f"τ = {tau:g}": (lambda t: lambda p, n, tp, tn: softmax_share(n / t))(tau) for tau in FIGURE3_TAUS}
-    shares_tau = {k: v[0] for k, v in cell_means(by_tau, fixed_pos, mu_neg, batches, seed).items()}
-    shares_loss = {k: v[0] for k, v in cell_means(hardest_shares(), fixed_pos, mu_neg, batches, seed).items()}
+    gds, rs, shares = gradient_dissipations(), dynamic_ratios(), hardest_shares()
+    cells = ((len(gds) + len(rs)) * grid + len(by_tau) + len(shares)) * grid  # one per quantity and (μ_pos, μ_neg)
+    with tqdm(total=cells, desc="simulate", unit="cell", unit_scale=True) as progress:
+        dissipation = cell_means(gds, mu_pos, mu_neg, batches, seed, progress)
+        ratios = cell_means(rs, mu_pos, mu_neg, batches, seed, progress)
+        shares_tau = {k: v[0] for k, v in cell_means(by_tau, fixed_pos, mu_neg, batches, seed, progress).items()}
+        shares_loss = {k: v[0] for k, v in cell_means(shares, fixed_pos, mu_neg, batches, seed, progress).items()}
+    out_dir.mkdir(parents=True, exist_ok=True)  # only now: an interrupted simulation leaves no empty folder
     extent = [mu_neg[0].item(), mu_neg[-1].item(), mu_pos[0].item(), mu_pos[-1].item()]
     paths = {}
 
@@ -202,14 +246,21 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m sentemb.analysis", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     sim = commands.add_parser("simulate", help="Figures 2–4 of the paradigm paper from sampled angles")
-    sim.add_argument("--out", type=Path, default=Path("outputs/analysis/simulate"))
+    sim.add_argument("--out", type=Path, default=None, help="default: a new outputs/analysis/simulate/<date>_<time>/")
+    sim.add_argument("--overwrite", action="store_true", help="replace the outputs an earlier run left in --out")
     sim.add_argument("--grid", type=int, default=100, help="cells per axis (paper: 100)")
     sim.add_argument("--batches", type=int, default=1000, help="batches per cell (paper: 1,000)")
     sim.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.grid < 2 or args.batches < 1:
         parser.error(f"--grid must be >= 2 and --batches >= 1 (got --grid {args.grid}, --batches {args.batches})")
-    for name, path in simulate(args.out, args.grid, args.batches, args.seed).items():
+    out_dir = args.out or default_out_dir()
+    print(f"simulating Figures 2–4 into {out_dir}", flush=True)
+    try:
+        paths = simulate(out_dir, args.grid, args.batches, args.seed, overwrite=args.overwrite)
+    except SentembConfigError as err:
+        sys.exit(f"sentemb: {err}")
+    for name, path in paths.items():
         print(f"{name}: {path}")
 
 

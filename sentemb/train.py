@@ -13,17 +13,19 @@ import signal
 import subprocess
 import sys
 import time
-import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import hydra
 import lightning as L
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from sentemb.common.errors import Preempted, SentembConfigError, TrainingDiverged
 from sentemb.common.hydra_plumbing import instantiate_checked, resolved_container
+from sentemb.common.log_noise import silence_known_noise
 from sentemb.common.paths import CONF_DIR
 from sentemb.eval.sts import STSBenchmark
 from sentemb.runs.ddp_jobs import launch_ranks, needs_rank_launch, process_rank, record_rank_failure
@@ -31,7 +33,7 @@ from sentemb.runs.jobs import current_hydra, is_multirun, job_description, job_o
 from sentemb.runs.record import write_record
 from sentemb.runs.restart import Restart, plan_restart, set_old_checkpoints_aside
 from sentemb.runs.sweeps import apply_sweep_winner
-from sentemb.runs.wandb_runs import finish_wandb, wandb_run_id
+from sentemb.runs.wandb_runs import check_wandb_reachable, finish_wandb, wandb_run_id
 from sentemb.training.callbacks import STSBDevEvaluation
 from sentemb.training.checks import prepare_run
 from sentemb.training.module import SentembModule
@@ -40,10 +42,10 @@ from sentemb.training.trainer import build_trainer, report_best
 
 log = logging.getLogger(__name__)
 
-# ModelCheckpoint checks its monitor every step; before the first dev evaluation it is absent by design
-warnings.filterwarnings("ignore", message=r".*could not find the monitored key.*")
-# the train set is tokenised up front; worker processes would not speed up padding on 2 cores
-warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
+HYDRA_SUBDIR = ".hydra"  # where Hydra's run_job would save the job's config (its hydra.output_subdir default)
+HYDRA_LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # Hydra's default job_logging format
+
+silence_known_noise()  # each line silenced is listed, with its reason, in sentemb/common/log_noise.py
 
 
 def train(cfg: DictConfig) -> dict[str, Any]:
@@ -52,6 +54,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if winner:
         log.info("from_sweep=%s: %s", cfg.from_sweep, " ".join(winner))
     prepare_run(cfg)
+    check_wandb_reachable(cfg.get("logger"))  # W&B online without its server: refused in 3 s, before the model loads
     # reads STS-B dev now, so a bad path fails before the model is loaded
     dev_eval: STSBDevEvaluation = instantiate_checked(cfg.eval)
     test_split = STSBenchmark(Path(cfg.eval.stsb_dir), splits=("test",))  # scored after training, read now
@@ -64,7 +67,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     for logger in trainer.loggers:
         logger.log_hyperparams({k: resolved_container(v) for k, v in cfg.items() if k != "hydra"})  # all of it
 
-    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"), weights_only=True)  # nothing runs
     raise_if_preempted(trainer)
     return report_best(trainer, dev_eval, test_split)
 
@@ -86,7 +89,7 @@ def run_job(cfg: DictConfig, hydra_cfg: DictConfig | None) -> float | None:
     """`main` without Hydra's decorator: restart decision, training, record, exit status."""
     output_dir, rank0 = Path(cfg.paths.output_dir), process_rank() == 0
     try:  # before anything is written: a bad checkpoint or a foreign run directory leaves the directory as it was
-        restart = None if cfg.get("ckpt_path") or cfg.get("ddp_worker") else plan(cfg, hydra_cfg, rank0)
+        restart = None if cfg.get("ckpt_path") or cfg.get("ddp_worker") else plan(cfg, hydra_cfg)
     except SentembConfigError as err:
         if is_multirun(hydra_cfg):
             log.error("job %s: %s (the sweep goes on)", hydra_cfg.job.num, err)
@@ -95,6 +98,18 @@ def run_job(cfg: DictConfig, hydra_cfg: DictConfig | None) -> float | None:
     if restart is not None and restart.action == "skip":
         log.info("%s: %s", output_dir, restart.reason)
         return restart.previous["metrics"].get(cfg.get("optimized_metric") or "")
+    # accepted: only now does the job write into its run directory (.hydra/, its log, its checkpoints, its record)
+    if rank0 and not cfg.get("ddp_worker"):  # a sweep job's ranks run in the job's directory: the job wrote .hydra/
+        save_hydra_files(cfg, hydra_cfg, output_dir)
+    with job_log(output_dir, hydra_cfg):
+        if restart is not None:
+            start(restart, output_dir, rank0)
+        return run_accepted(cfg, hydra_cfg, restart, rank0)
+
+
+def run_accepted(cfg: DictConfig, hydra_cfg: DictConfig | None, restart: Restart | None, rank0: bool) -> float | None:
+    """An accepted job: training (resumed if planned so), its record, its exit status."""
+    output_dir = Path(cfg.paths.output_dir)
     if restart is not None and restart.action == "resume":
         cfg.ckpt_path = str(restart.checkpoint)
     started = time.perf_counter()
@@ -140,25 +155,71 @@ def run_job(cfg: DictConfig, hydra_cfg: DictConfig | None) -> float | None:
     raise error
 
 
-def plan(cfg: DictConfig, hydra_cfg: DictConfig | None, rank0: bool) -> Restart:
-    """What this job does with what its run directory already holds; rank 0 sets a replaced run's checkpoints aside."""
-    output_dir = Path(cfg.paths.output_dir)
+def plan(cfg: DictConfig, hydra_cfg: DictConfig | None) -> Restart:
+    """What this job does with what its run directory already holds; raises SentembConfigError to refuse it."""
     restart = plan_restart(
-        output_dir,
+        Path(cfg.paths.output_dir),
         job_overrides(hydra_cfg),
         in_sweep=is_multirun(hydra_cfg),
         retry_failed=bool(cfg.get("sweep", {}).get("retry_failed")),
         auto_resume=bool(cfg.get("auto_resume", True)),
     )
     if restart.action == "resume":
-        check_checkpoint_path(str(restart.checkpoint))  # a truncated last.ckpt is named with its fallback
-    if restart.previous is not None and restart.action != "skip":
+        check_checkpoint_path(str(restart.checkpoint), cfg, key="")  # a truncated last.ckpt is named with its fallback
+    return restart
+
+
+def start(restart: Restart, output_dir: Path, rank0: bool) -> None:
+    """An accepted restart, in the job's log; rank 0 sets a replaced run's checkpoints aside."""
+    if restart.previous is not None:
         log.info("%s: %s", output_dir, restart.reason)
     if restart.action == "fresh" and rank0:
         aside = set_old_checkpoints_aside(output_dir)
         if aside:
             log.info("%s: the previous run's checkpoints are kept in %s", output_dir, aside)
-    return restart
+
+
+def save_hydra_files(cfg: DictConfig, hydra_cfg: DictConfig | None, output_dir: Path) -> None:
+    """<run>/.hydra/{config,hydra,overrides}.yaml as Hydra's run_job writes them (hydra.core.utils._save_config).
+
+    conf/train.yaml sets hydra.output_subdir: null, since Hydra writes them before the job runs, over a finished
+    run's files even when the job is then refused; a user's own hydra.output_subdir means Hydra wrote them already.
+    """
+    if hydra_cfg is None or hydra_cfg.get("output_subdir") is not None:
+        return
+    task_cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]) if "hydra" in cfg else cfg
+    files = {
+        "config.yaml": task_cfg,
+        "hydra.yaml": OmegaConf.create({"hydra": hydra_cfg}),
+        "overrides.yaml": hydra_cfg.overrides.task,
+    }
+    folder = output_dir / HYDRA_SUBDIR
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, node in files.items():
+        (folder / name).write_text(OmegaConf.to_yaml(node), encoding="utf-8")
+
+
+@contextmanager
+def job_log(output_dir: Path, hydra_cfg: DictConfig | None) -> Iterator[None]:
+    """Hydra's `<job name>.log` in the run directory, for the accepted job only (conf/train.yaml's job_logging has
+    no file handler, so a refused command appends nothing); removed at the end: a multirun runs its jobs in one
+    process."""
+    path = Path(os.path.abspath(output_dir / f"{hydra_cfg.job.name}.log")) if hydra_cfg is not None else None
+    root = logging.getLogger()
+    opened = [h for h in root.handlers if isinstance(h, logging.FileHandler) and Path(h.baseFilename) == path]
+    if path is None or opened:  # outside Hydra, or hydra/job_logging=default: Hydra opened it already
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)  # Hydra made it already; a direct call of run_job may not have
+    handler = logging.FileHandler(path, encoding="utf-8")
+    fmt = OmegaConf.select(hydra_cfg, "job_logging.formatters.simple.format", default=HYDRA_LOG_FORMAT)
+    handler.setFormatter(logging.Formatter(fmt))
+    root.addHandler(handler)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        handler.close()
 
 
 def requeue(signum: int) -> None:

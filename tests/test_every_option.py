@@ -175,10 +175,14 @@ def test_option_composes_and_passes_the_pre_run_checks(group, option, small_corp
         with pytest.raises(SentembConfigError, match=rf"{corpus_path(cfg).name}.*make data"):
             prepare_run(cfg)
         return
+    hardware = {"accelerator": "cpu"} if gpus_needed(cfg) > torch.cuda.device_count() else {}
+    if hardware:  # a GPU trainer on a machine without those GPUs: refused before any model loads
+        with pytest.raises(SentembConfigError, match=r"^trainer\.(accelerator|devices)=.*Fix: trainer"):
+            prepare_run(cfg)
+        cfg.trainer.accelerator = "cpu"  # the other checks, as on a GPU machine
     prepare_run(cfg)
     # the real Trainer with the option's callbacks and loggers; a GPU trainer is built for the CPU here
     # (its strategy, devices and precision are still checked by Lightning)
-    hardware = {"accelerator": "cpu"} if gpus_needed(cfg) > torch.cuda.device_count() else {}
     trainer = build_trainer(cfg, **hardware)
     assert trainer.world_size == int(cfg.trainer.devices) * int(cfg.trainer.get("num_nodes", 1))
 

@@ -94,7 +94,7 @@ def test_the_common_layer_and_the_encoders_import_no_training_code():
 
 def test_the_top_level_is_the_commands_and_the_exported_folders_module():
     top = {path.stem for path in PACKAGE.glob("*.py")} - {"__init__"}
-    assert top == COMMANDS | {"st_modules"}
+    assert top == COMMANDS | {"st_modules", "__main__"}  # __main__: `python -m sentemb` lists the commands
     for command in COMMANDS:
         source = (PACKAGE / f"{command}.py").read_text(encoding="utf-8")
         assert "def main(" in source and 'if __name__ == "__main__":' in source, command

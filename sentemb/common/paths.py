@@ -22,8 +22,15 @@ def data_root_candidates() -> list[Path]:
     return seen
 
 
+def holds_data(root: Path) -> bool:
+    """A data root has a file in wiki/ or a senteval/downstream/ folder (../shared/data/README.md's layout), so an
+    empty ./data (an offline `make data` or a hand-made folder) never shadows a root that has the data."""
+    wiki = root / "wiki"
+    return (wiki.is_dir() and any(p.is_file() for p in wiki.iterdir())) or (root / "senteval" / "downstream").is_dir()
+
+
 def resolve_data_root(configured: str | os.PathLike | None = None) -> Path:
-    """Return the data root: `configured` (paths.data_dir / $SENTEMB_DATA) or the first that exists."""
+    """Return the data root: `configured` (paths.data_dir / $SENTEMB_DATA) or the first candidate that holds data."""
     if configured:
         root = Path(configured).expanduser().resolve()
         if not root.is_dir():
@@ -34,10 +41,11 @@ def resolve_data_root(configured: str | os.PathLike | None = None) -> Path:
             )
         return root
     for root in data_root_candidates():
-        if root.is_dir():
+        if holds_data(root):
             return root
     tried = ", ".join(str(p) for p in data_root_candidates())
     raise SentembConfigError(
-        f"No data root found (tried $SENTEMB_DATA, then {tried}). "
+        f"No data root found (tried $SENTEMB_DATA, then {tried}; a root needs a file in wiki/ or a "
+        "senteval/downstream/ folder). "
         "Fix: export SENTEMB_DATA=/path/to/data, or run `make data` to download wiki1m and SentEval into ./data."
     )

@@ -30,10 +30,15 @@ warnings.filterwarnings("ignore", message=r".*'set_vital' is deprecated.*")
 
 
 def check_batching(batch_size: int | None, max_length: int | None) -> None:
-    """data.batch_size and data.max_length must be >= 1."""
-    for key, value in (("batch_size", batch_size), ("max_length", max_length)):
-        if value is not None and value < 1:
-            raise SentembConfigError(f"data.{key}={value} must be >= 1 (conf/data/).")
+    """data.batch_size must be >= 2 (a batch is its own negatives) and data.max_length >= 1."""
+    if batch_size is not None and batch_size < 2:
+        raise SentembConfigError(
+            f"data.batch_size={batch_size}: the other sentences of a batch are its negatives, so a batch of one has "
+            "none and the contrastive loss is 0 at every step (nothing trains). Fix: data.batch_size=64 "
+            "(SimCSE's; any >= 2; conf/data/), and grad_cache=<chunk> if a big batch does not fit in memory"
+        )
+    if max_length is not None and max_length < 1:
+        raise SentembConfigError(f"data.max_length={max_length} must be >= 1 (conf/data/).")
 
 
 class UnsupervisedTextDataModule(L.LightningDataModule):

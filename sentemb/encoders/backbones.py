@@ -55,22 +55,59 @@ def hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
-def check_model_source(name_or_path: str) -> None:
-    """A local folder, a cached hub model, or a reachable hub; otherwise a SentembConfigError, in seconds.
+BACKBONE_FILES = ("config.json",)  # what AutoModel.from_pretrained reads from a folder first
+TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json", "config.json")  # one of these: AutoTokenizer's
 
-    Without this an unreachable hub costs ~40 s of retries, then a stack of transformers errors.
+
+def check_model_source(
+    name_or_path: str, key: str = "model.name_or_path", needs: tuple[str, ...] = BACKBONE_FILES
+) -> None:
+    """A model folder (holding one of `needs`), a cached hub model, or a reachable hub; else a SentembConfigError.
+
+    Without this an unreachable hub costs ~40 s of retries, then a stack of transformers errors, and a mistyped
+    folder (`./mymodel`, `/a/folder`) a raw HFValidationError traceback.
     """
-    if Path(name_or_path).expanduser().is_dir():
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        check_model_folder(path, key, needs)
         return
+    if path.exists():
+        raise SentembConfigError(
+            f"{key}={name_or_path} is a file ({path.resolve()}), not a model folder. "
+            f"Fix: {key}=<the folder holding {needs[0]}> (what save_pretrained writes), or a hub name such as "
+            "bert-base-uncased"
+        )
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(name_or_path)
+    except HFValidationError:  # a path (/a/folder, ./mymodel, a/b/c): never a hub repo id
+        raise SentembConfigError(
+            f"{key}={name_or_path}: no such folder ({path.resolve()}), and not a Hugging Face hub name "
+            f"(name or namespace/name). Fix: {key}=<an existing folder holding {needs[0]}> (check the path's "
+            "spelling and the working directory), or a hub name such as bert-base-uncased, or model=minilm"
+        ) from None
     from huggingface_hub import constants, try_to_load_from_cache
 
     if isinstance(try_to_load_from_cache(name_or_path, "config.json"), str) or hub_reachable():
         return
     raise SentembConfigError(
-        f"model.name_or_path={name_or_path}: not a local folder, not in the Hugging Face cache "
-        f"({constants.HF_HUB_CACHE}), and the hub cannot be reached. Fix: model.name_or_path=/path/to/a/saved/model, "
+        f"{key}={name_or_path}: not a local folder, not in the Hugging Face cache "
+        f"({constants.HF_HUB_CACHE}), and the hub cannot be reached. Fix: {key}=/path/to/a/saved/model, "
         "or load it once where the hub is reachable so the cache holds it (HF_HOME moves the cache), "
         "or model=minilm (shipped with sentemb's dependencies)."
+    )
+
+
+def check_model_folder(path: Path, key: str, needs: tuple[str, ...] = BACKBONE_FILES) -> None:
+    """A local model folder holds one of `needs` (a backbone: config.json); else named, with any model folder in it."""
+    if any((path / name).is_file() for name in needs):
+        return
+    inside = sorted(str(found.parent) for found in path.glob(f"*/{needs[0]}"))[:3]
+    hint = f" (found in: {', '.join(inside)})" if inside else ""
+    raise SentembConfigError(
+        f"{key}={path}: the folder has no {' or '.join(needs)}, so it is not a saved Hugging Face model. "
+        f"Fix: {key}=<the folder that holds {needs[0]}>{hint}, i.e. one written by save_pretrained"
     )
 
 
@@ -88,10 +125,11 @@ def check_backbone_options(dropout: object, trainable_layers: object) -> None:
 
 def check_model(model: Mapping[str, Any]) -> None:
     """A `model=` config, before anything loads: every name_or_path its loaders read, then dropout and layers."""
-    for part in ("backbone", "tokenizer"):
+    for part, needs in (("backbone", BACKBONE_FILES), ("tokenizer", TOKENIZER_FILES)):
         source = (model.get(part) or {}).get("name_or_path")
-        if source is not None:
-            check_model_source(str(source))  # an unreachable hub fails here, in seconds
+        if source is not None:  # a mistyped folder or an unreachable hub fails here, in seconds
+            key = "model.name_or_path" if source == model.get("name_or_path") else f"model.{part}.name_or_path"
+            check_model_source(str(source), key, needs)
     check_backbone_options(model.get("dropout"), model.get("trainable_layers"))
 
 
@@ -134,7 +172,7 @@ def freeze_all_but_top_layers(backbone: PreTrainedModel, trainable_layers: int) 
 
 
 def pretrained_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
-    check_model_source(name_or_path)
+    check_model_source(name_or_path, needs=TOKENIZER_FILES)
     return AutoTokenizer.from_pretrained(name_or_path, **_offline_if_unreachable(name_or_path))
 
 

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
+from urllib.request import getproxies, proxy_bypass
 
+from sentemb.common.errors import SentembConfigError
 from sentemb.runs.jobs import current_hydra, is_multirun, job_overrides, short_name, swept_keys
 
 
@@ -24,6 +29,54 @@ def wandb_offline() -> bool:
 def wandb_mode() -> str:
     """wandb.init's mode, passed explicitly: wandb reads the environment only when its process singleton starts."""
     return "offline" if wandb_offline() else "online"
+
+
+WANDB_SERVER = "https://api.wandb.ai"  # wandb's default; WANDB_BASE_URL names a self-hosted one
+
+
+def check_wandb_reachable(cfg_logger: Mapping[str, Any] | None, timeout: float = 3.0) -> None:
+    """A W&B logger that logs online needs its server: one TCP probe (`timeout` s), else a SentembConfigError.
+
+    Without it the job loads the model, then wandb.init retries for ~2 minutes and fails with a raw CommError.
+    Offline loggers (the default without W&B configured) are not probed.
+    """
+    for name, node in (cfg_logger or {}).items():
+        if not node or not str(node.get("_target_", "")).endswith("WandbLogger"):
+            continue
+        mode = node.get("mode") or wandb_mode()  # null: wandb decides from the environment, as wandb_mode does
+        if str(mode) != "online":
+            continue
+        url = os.environ.get("WANDB_BASE_URL") or WANDB_SERVER
+        host, port = probe_address(url)
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+        except OSError as err:
+            raise SentembConfigError(
+                f"logger.{name} logs online ({online_reason(name, node.get('mode'))}) but the W&B server "
+                f"({host}:{port}) does not answer: {str(err) or type(err).__name__}; the job would fail after ~2 "
+                "minutes of retries. Fix: WANDB_MODE=offline (the run is kept under the run directory's wandb/; "
+                "`wandb sync <that folder>` uploads it later), or logger=csv, or check the network / WANDB_BASE_URL"
+            ) from None
+
+
+def probe_address(url: str) -> tuple[str, int]:
+    """The (host, port) a connection to `url` opens first: its proxy's if the environment sets one for it."""
+    parsed = urlparse(url)
+    host = parsed.hostname or ""
+    proxy = getproxies().get(parsed.scheme) if host and not proxy_bypass(host) else None
+    if proxy:
+        parsed = urlparse(proxy if "://" in proxy else f"http://{proxy}")
+        host = parsed.hostname or host
+    return host, parsed.port or (80 if parsed.scheme == "http" else 443)
+
+
+def online_reason(name: str, mode: Any) -> str:
+    """Why logger.<name> is online, naming the setting (never the API key's value)."""
+    if os.environ.get("WANDB_MODE", "").lower() in ("online", "run"):
+        return "WANDB_MODE=online"
+    if os.environ.get("WANDB_API_KEY") and not os.environ.get("WANDB_MODE"):
+        return "WANDB_API_KEY is set and WANDB_MODE is not"
+    return f"logger.{name}.mode={mode}"
 
 
 def wandb_run_name(fallback: str) -> str:

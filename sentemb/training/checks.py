@@ -1,8 +1,8 @@
 """The pre-run checks: every part's own check, cheapest first, before any model loads.
 
 Each check lives beside the code it guards (the loss's and pooling's constructors, the pooling's
-`with_head`, the backbone's `check_model`, GradCache's `check_grad_cache`, ...); this only calls them
-in order.
+`with_head`, the backbone's `check_model`, GradCache's `check_grad_cache`, the Trainer's `check_devices`, ...);
+this only calls them in order.
 """
 
 from __future__ import annotations
@@ -13,15 +13,17 @@ from omegaconf import DictConfig, OmegaConf
 
 from sentemb.common.config_fields import check_fields
 from sentemb.common.errors import SentembConfigError
-from sentemb.common.hydra_plumbing import instantiate_checked
+from sentemb.common.hydra_plumbing import instantiate_checked, resolved_container
 from sentemb.common.paths import resolve_data_root
 from sentemb.data.corpus import CorpusReport, check_corpus
 from sentemb.data.datamodule import check_batching
 from sentemb.data.streaming import check_streaming
 from sentemb.encoders.backbones import check_model
+from sentemb.encoders.build import build_part
 from sentemb.training.callbacks import check_every_n_steps
 from sentemb.training.grad_cache import check_grad_cache
 from sentemb.training.resume import check_checkpoint_path
+from sentemb.training.trainer import check_devices
 
 TOY_SIZE = 8  # poolings and heads are built at this width to run their constructors' checks in milliseconds
 
@@ -33,8 +35,9 @@ def prepare_run(cfg: DictConfig) -> CorpusReport:
     where the data came from.
     """
     check_parts(cfg)
+    check_devices(cfg.trainer)  # trainer=gpu without a GPU: here, not after the model loaded
     check_model(cfg.model)  # an unreachable hub fails here, in seconds
-    check_checkpoint_path(cfg.get("ckpt_path"))
+    check_checkpoint_path(cfg.get("ckpt_path"), cfg)  # whole, a sentemb checkpoint, of this model
     cfg.paths.data_dir = str(resolve_data_root(cfg.paths.data_dir))
     return check_corpus(Path(cfg.data.corpus).expanduser(), streaming=bool(cfg.data.get("streaming")))
 
@@ -52,9 +55,9 @@ def check_parts(cfg: DictConfig) -> None:
         if cfg.get(group):
             check_fields(cfg[group], group, choices.get(group))
     instantiate_checked(cfg.loss)  # each objective validates its own hyper-parameters (e.g. τ > 0)
-    pooling = instantiate_checked(cfg.pooling, hidden_size=TOY_SIZE)  # its template and MLP options
+    pooling = build_part("pooling", resolved_container(cfg.pooling), hidden_size=TOY_SIZE)  # template, MLP options
     if cfg.get("head"):  # the head's own options, then whether the pooling accepts it
-        pooling.with_head(instantiate_checked(cfg.head, hidden_size=TOY_SIZE, special_ids=[]))
+        pooling.with_head(build_part("head", resolved_container(cfg.head), hidden_size=TOY_SIZE, special_ids=[]))
     check_grad_cache(cfg.get("grad_cache"), cfg.data.batch_size)
     check_batching(cfg.data.get("batch_size"), cfg.data.get("max_length"))
     check_every_n_steps(cfg.eval.every_n_steps)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
 import lightning as L
@@ -12,6 +14,7 @@ from hydra.utils import instantiate
 from lightning.pytorch.callbacks import Checkpoint, DeviceStatsMonitor, LearningRateMonitor, ModelCheckpoint
 from omegaconf import DictConfig
 
+from sentemb.common.errors import SentembConfigError
 from sentemb.encoders.build import load_checkpoint_encoder
 from sentemb.eval.sts import STSBenchmark
 from sentemb.training.callbacks import DEV_METRIC, STSBDevEvaluation
@@ -20,6 +23,61 @@ log = logging.getLogger(__name__)
 
 # Lightning callbacks that only write to a logger: with none they raise at the first step
 NEEDS_A_LOGGER = (LearningRateMonitor, DeviceStatsMonitor)
+
+
+CPU_FIX = (
+    "Fix: trainer=default (or trainer=cpu) on this machine; DDP over CPU processes: "
+    "trainer=ddp trainer.accelerator=cpu (gloo)"
+)
+
+
+def check_devices(trainer_cfg: Mapping[str, Any]) -> None:
+    """trainer.accelerator and trainer.devices name hardware this machine has; Lightning says so only after the
+    model loaded (MisconfigurationException)."""
+    accelerator = str(trainer_cfg.get("accelerator") or "auto").lower()
+    if accelerator not in ("gpu", "cuda", "mps"):
+        return
+    cuda, mps = torch.cuda.is_available(), torch.backends.mps.is_available()
+    if accelerator == "mps" and not mps:
+        raise SentembConfigError(f"trainer.accelerator=mps: this machine has no Apple MPS device. {CPU_FIX}")
+    if accelerator in ("gpu", "cuda") and not (cuda or (accelerator == "gpu" and mps)):  # Lightning's gpu: CUDA or MPS
+        raise SentembConfigError(
+            f"trainer.accelerator={accelerator} (trainer=gpu / trainer=ddp): no CUDA GPU is visible here "
+            f"(torch.cuda.is_available() is False{visible_devices_note()}). {CPU_FIX}"
+        )
+    devices = trainer_cfg.get("devices")
+    visible = torch.cuda.device_count() if cuda and accelerator != "mps" else 1
+    try:
+        wanted = devices_wanted(devices)
+    except (TypeError, ValueError):  # not a count nor indices: Lightning's own message names it
+        return
+    if wanted > visible:
+        raise SentembConfigError(
+            f"trainer.devices={devices} needs {wanted} {accelerator} devices but {visible} "
+            f"{'is' if visible == 1 else 'are'} visible. Fix: trainer.devices={visible} (or trainer.devices=-1: all "
+            "visible), or run where that many are (CUDA_VISIBLE_DEVICES selects them)"
+        )
+
+
+def visible_devices_note() -> str:
+    """`; CUDA_VISIBLE_DEVICES=...` when that variable is set (it may hide every GPU), else nothing."""
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return "" if value is None else f"; CUDA_VISIBLE_DEVICES={value!r}"
+
+
+def devices_wanted(devices: Any) -> int:
+    """How many devices trainer.devices asks for (a list of indices: the highest + 1); 0: any ("auto", -1)."""
+    if isinstance(devices, str):
+        text = devices.strip()
+        if "," in text:
+            return devices_wanted([int(part) for part in text.split(",") if part.strip()])
+        devices = int(text) if text.lstrip("-").isdigit() else 0
+    if isinstance(devices, bool) or devices is None:
+        return 0
+    if isinstance(devices, int):
+        return max(devices, 0)
+    indices = [int(index) for index in devices]  # a list of device indices (ListConfig from YAML)
+    return max(indices) + 1 if indices else 0
 
 
 def build_trainer(cfg: DictConfig, extra_callbacks: list[L.Callback] = (), **overrides: Any) -> L.Trainer:
