@@ -9,6 +9,7 @@ tokenises the corpus as training goes.
 
 from __future__ import annotations
 
+import functools
 import logging
 import warnings
 from dataclasses import asdict
@@ -39,6 +40,11 @@ def check_batching(batch_size: int | None, max_length: int | None) -> None:
         )
     if max_length is not None and max_length < 1:
         raise SentembConfigError(f"data.max_length={max_length} must be >= 1 (conf/data/).")
+
+
+def tokenize_rows(rows: dict[str, list[str]], tokenizer: PreTrainedTokenizerBase, max_length: int) -> dict:
+    """A batch of corpus lines → token ids (truncated to `max_length`), as `datasets.map` takes it."""
+    return tokenizer(rows["text"], truncation=True, max_length=max_length)
 
 
 class UnsupervisedTextDataModule(L.LightningDataModule):
@@ -76,8 +82,10 @@ class UnsupervisedTextDataModule(L.LightningDataModule):
         text = load_dataset("text", data_files={"train": str(self.corpus)}, split="train")
         lines = len(text)
         text = text.filter(lambda row: bool(row["text"].strip()), desc="drop blank lines")
+        # datasets fingerprints the function it maps by pickling it: a function of `self` would pickle the trainer,
+        # its model and its loggers (W&B's then starts its run early and warns)
         self.train_set = text.map(
-            lambda rows: self.tokenizer(rows["text"], truncation=True, max_length=self.max_length),
+            functools.partial(tokenize_rows, tokenizer=self.tokenizer, max_length=self.max_length),
             batched=True,
             remove_columns=["text"],
             desc="tokenize",
