@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 
 import pytest
@@ -52,3 +53,33 @@ def test_lightnings_tip_is_dropped_and_its_other_lines_kept(caplog):
         logger.info("💡 Tip: For seamless cloud logging ...")
         logger.info("GPU available: False, used: False")
     assert [r.getMessage() for r in caplog.records] == ["GPU available: False, used: False"]
+
+
+NOISE = [
+    "weights_only` was not set",  # Lightning, at each save without weights_only: sentemb says it
+    "💡 Tip",  # Lightning's advertisement
+    "Total FLOPs",  # Lightning's summary without an example input
+    "exists and is not empty",  # ModelCheckpoint over sentemb's own resume folder
+    "require('service')",  # W&B's logger pickled by datasets' fingerprint of a function of the datamodule
+    "LOAD REPORT",  # transformers, for the pooler sentemb leaves out
+    "LeafSpec",  # Lightning's pytree call
+    "Loading `train_dataloader` to estimate",
+]
+
+
+@pytest.mark.slow
+def test_a_default_training_run_shows_none_of_the_silenced_lines(small_corpus, small_stsb, tmp_path):
+    """The CLI with the default logger (W&B, offline) and callbacks, on a tiny model: ~20 s."""
+    import subprocess
+    import sys
+
+    command = [
+        sys.executable, "-m", "sentemb.train", "model=tiny", f"data.corpus={small_corpus}", "data.batch_size=16",
+        "trainer.max_steps=4", "eval.every_n_steps=2", f"eval.stsb_dir={small_stsb}", f"hydra.run.dir={tmp_path}/run",
+    ]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}  # the default: W&B offline
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    log = result.stdout + result.stderr
+    assert "STS-B test Spearman" in log and "model: BertModel + CLSPooling" in log
+    assert [line for line in NOISE if line in log] == []

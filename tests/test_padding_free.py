@@ -169,9 +169,15 @@ def tiny_distilbert():
     return DistilBertModel(DistilBertConfig(vocab_size=30522, dim=32, n_layers=1, n_heads=2, hidden_dim=64))
 
 
-def test_an_unsupported_backbone_falls_back_to_padded_batches_and_says_so(caplog):
+def test_an_unsupported_backbone_falls_back_to_padded_batches_and_says_so(caplog, monkeypatch):
+    import sys
+
+    import sentemb.encoders.build
+
+    monkeypatch.setattr(sentemb.encoders.build, "PARTS", {k: dict(v) for k, v in sentemb.encoders.build.PARTS.items()})
+    target = sentemb.encoders.build.register_part("model.backbone", sys.modules[__name__], "tiny_distilbert")
     model = {
-        "backbone": {"_target_": "tests.test_padding_free.tiny_distilbert"},
+        "backbone": {"_target_": target},
         "tokenizer": BACKBONES["bert"]["tokenizer"],
     }
     with caplog.at_level(logging.INFO, logger="sentemb.encoders.padding_free"):

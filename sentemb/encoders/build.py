@@ -40,6 +40,16 @@ PARTS: dict[str, dict[str, tuple[ModuleType, str]]] = {
 }
 
 
+def register_part(key: str, module: ModuleType, name: str) -> str:
+    """Lets configs name `module.name` as a `key` part (a backbone, tokenizer, pooling or head of your own): call it
+    from your own code before building. Files can name only registered parts. Returns the `_target_` to use."""
+    if key not in PARTS:
+        raise SentembConfigError(f"register_part: {key!r} is not a part key. Fix: one of {', '.join(PARTS)}")
+    target = f"{module.__name__}.{name}"
+    PARTS[key][target] = (module, name)
+    return target
+
+
 def plain_value(value: Any) -> bool:
     """A JSON-like value with no `_target_` anywhere inside (nothing in it names code to build)."""
     if isinstance(value, dict):

@@ -53,7 +53,9 @@ def resolve_tasks(spec: str | list[str]) -> list[str]:
 def asked_parts(cfg: DictConfig) -> dict[str, Any]:
     """The model / pooling / head configs the command line set (`pooling=mean`, `pooling.mlp=always`, ...)."""
     hydra = cfg.hydra if "hydra" in cfg else HydraConfig.get() if HydraConfig.initialized() else None
-    overrides = OmegaConf.select(hydra, "overrides.task", default=[]) if hydra is not None else []
+    overrides = [str(o) for o in OmegaConf.select(hydra, "overrides.task", default=[])] if hydra is not None else []
+    if not any(o.startswith("checkpoint=") for o in overrides):  # not the overrides of this command's checkpoint=
+        return {}
     groups = {str(o).lstrip("+~").split("=", 1)[0].split(".", 1)[0].split("@", 1)[0] for o in overrides}
     return {part: resolved_container(cfg.get(part)) for part in ("model", "pooling", "head") if part in groups}
 

@@ -64,7 +64,7 @@ class SentembModule(L.LightningModule):
         self.encoder.pooling.prepare_training(self.encoder.tokenizer)  # e.g. SARCSE's corpus token frequencies
         total = sum(p.numel() for p in self.parameters())
         trainable = sum(p.numel() for p in self.parameters() if p.requires_grad)
-        if self.trainer.is_global_zero:
+        if self._trainer is None or self.trainer.is_global_zero:  # one line per job, not per rank
             log.info(
                 f"model: {type(self.encoder.backbone).__name__} + {type(self.encoder.pooling).__name__}, "
                 f"{total / 1e6:.1f} M parameters, {trainable / 1e6:.1f} M trained; loss: {type(self.loss).__name__}"
