@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import sys
 from pathlib import Path
 
 import pytest
+from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
 from sentemb.common.hydra_plumbing import compose_config
@@ -75,3 +79,32 @@ def forbid_model_loading(monkeypatch):
         "tiny_roberta_tokenizer",
     ):
         monkeypatch.setattr(sentemb.encoders.backbones, loader, loaded)
+
+
+def tree(root: Path) -> dict[str, str]:
+    """Every folder and file under `root` (relative path → sha256 of a file's bytes, "dir" for a folder)."""
+    return {
+        str(p.relative_to(root)): "dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+    }
+
+
+@pytest.fixture
+def cli(monkeypatch):
+    """`python -m sentemb.train <overrides>` in this process; the logging Hydra configures is undone afterwards."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+
+    def run(overrides: list[str]) -> None:
+        GlobalHydra.instance().clear()  # a test before may have composed a config
+        monkeypatch.setattr(sys, "argv", ["sentemb.train", *overrides])
+        from sentemb.train import main
+
+        main()
+
+    yield run
+    GlobalHydra.instance().clear()
+    for handler in set(root.handlers) - set(handlers):
+        root.removeHandler(handler)
+    root.handlers[:] = handlers
+    root.setLevel(level)

@@ -8,7 +8,6 @@ tests call the real `python -m sentemb.train` entry point (Hydra's machinery) in
 from __future__ import annotations
 
 import copy
-import hashlib
 import logging
 import re
 import subprocess
@@ -17,41 +16,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import open_dict, read_write
 
 import sentemb.train
 from sentemb.runs.record import read_record, write_record
+from tests.conftest import tree
 
 FINISHED = ["model=tiny", "logger=csv", "trainer.max_steps=2"]
-
-
-def tree(root: Path) -> dict[str, str]:
-    """Every folder and file under `root` (relative path → sha256 of a file's bytes, "dir" for a folder)."""
-    return {
-        str(p.relative_to(root)): "dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-    }
-
-
-@pytest.fixture
-def cli(monkeypatch):
-    """`python -m sentemb.train <overrides>` in this process; the logging Hydra configures is undone afterwards."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-
-    def run(overrides: list[str]) -> None:
-        GlobalHydra.instance().clear()  # a test before may have composed a config
-        monkeypatch.setattr(sys, "argv", ["sentemb.train", *overrides])
-        sentemb.train.main()
-
-    yield run
-    GlobalHydra.instance().clear()
-    for handler in set(root.handlers) - set(handlers):
-        root.removeHandler(handler)
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 @pytest.fixture

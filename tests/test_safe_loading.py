@@ -20,9 +20,10 @@ from sentemb.encoders.build import load_checkpoint_encoder
 from sentemb.encoders.checkpoint import read_checkpoint
 from sentemb.eval.suite import evaluate
 from sentemb.export import export
+from sentemb.runs.record import write_record
 from sentemb.st_modules import SentembEncoder
 from sentemb.train import train
-from tests.conftest import compose_train
+from tests.conftest import compose_train, tree
 
 pytestmark = pytest.mark.usefixtures("forbid_model_loading")
 
@@ -232,3 +233,17 @@ def test_export_refuses_an_out_that_is_a_file(tmp_path):
     with pytest.raises(SentembConfigError, match=r"out=.*model\.txt is a file, not a folder"):
         export(compose_config(CONF_DIR, "export", ["model=tiny", f"out={out}"]))
     assert out.read_text() == "keep"
+
+
+def test_auto_resume_refuses_a_last_checkpoint_that_calls_code_and_changes_nothing(cli, tmp_path):
+    # a preempted run's folder whose last.ckpt was replaced: the same command would resume from it
+    payload = tmp_path / "pwned"
+    run = tmp_path / "run"
+    overrides = ["model=tiny", "logger=csv", "trainer.max_steps=2"]
+    write_record(run, {"status": "preempted", "message": "", "metrics": {}, "overrides": overrides})
+    (run / "checkpoints").mkdir()
+    evil_pickle(run / "checkpoints" / "last.ckpt", payload)
+    before = tree(run)
+    with pytest.raises(SystemExit, match=r"last\.ckpt was refused: it holds objects .*Nothing in it was run"):
+        cli([*overrides, f"hydra.run.dir={run}"])
+    assert not payload.exists() and tree(run) == before
