@@ -69,6 +69,7 @@ def assert_same_embeddings(st: np.ndarray, ours: np.ndarray, label: str) -> None
     np.testing.assert_allclose(st, ours, rtol=1e-5, atol=1e-5, err_msg=label)
 
 
+@pytest.mark.slow  # multi-process run (CLI subprocesses, sweeps): make test-slow
 def test_exported_checkpoints_of_every_pooling_embed_as_sentemb(tiny_overrides, tmp_path):
     folders, expected = [], []
     for name, overrides in VARIANTS.items():

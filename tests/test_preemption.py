@@ -63,6 +63,7 @@ def history_steps(log: Path, metric: str, timeout: float = 30.0) -> list[int]:
         time.sleep(0.2)
 
 
+@pytest.mark.slow  # multi-process run (CLI subprocesses, sweeps): make test-slow
 def test_sigterm_after_step_3_then_the_same_command_ends_as_the_uninterrupted_run(job, tmp_path):
     full = tmp_path / "full"
     train_command(job, full)
@@ -90,6 +91,7 @@ def test_sigterm_after_step_3_then_the_same_command_ends_as_the_uninterrupted_ru
     assert history_steps(before, "train/loss") == [0, 1, 2] and history_steps(after, "train/loss") == [3, 4, 5]
 
 
+@pytest.mark.slow  # multi-process run (CLI subprocesses, sweeps): make test-slow
 def test_a_truncated_last_checkpoint_is_refused_naming_the_previous_good_one(job, tmp_path):
     run = tmp_path / "preempted"
     train_command([*job, *KILL_AT_3, "logger=csv"], run, expect=128 + 15)

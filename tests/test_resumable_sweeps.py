@@ -26,6 +26,7 @@ def sweep_rows(sweep_dir: Path) -> list[dict[str, str]]:
     return [{k: v for k, v in row.items() if k != "wall_time_s"} for row in rows]
 
 
+@pytest.mark.slow  # multi-process run (CLI subprocesses, sweeps): make test-slow
 def test_a_sweep_killed_during_job_3_trains_only_jobs_3_and_4_when_run_again(small_corpus, tmp_path):
     args = [*TINY_JOB, "logger=csv", f"data.corpus={small_corpus}", *GRID]
     full = tmp_path / "full"
@@ -84,6 +85,7 @@ def test_a_run_directory_of_another_configuration_is_refused(tmp_path):
         plan_restart(tmp_path, ["loss.tau=0.1"], in_sweep=True, retry_failed=False, auto_resume=True)
 
 
+@pytest.mark.slow  # multi-process run (CLI subprocesses, sweeps): make test-slow
 def test_ddp_sweep_launches_once_and_a_job_failing_on_rank_1_only_fails_without_hanging(small_corpus, tmp_path):
     ddp = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.precision=32-true", "trainer.devices=2"]
     fail = ["+callbacks.fail._target_=tests.interruptions.FailOnRank", "+callbacks.fail.rank=1,-1"]
@@ -102,6 +104,7 @@ def test_ddp_sweep_launches_once_and_a_job_failing_on_rank_1_only_fails_without_
     assert [r["status"] for r in rows] == ["failed", "ok"]
 
 
+@pytest.mark.slow  # multi-process run (CLI subprocesses, sweeps): make test-slow
 def test_an_interrupted_optuna_study_continues_in_its_sweep_directory(small_corpus, tmp_path):
     import optuna
 

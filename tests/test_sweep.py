@@ -45,6 +45,7 @@ def wait_for(log: Path, key: str, timeout: float = 30.0) -> dict:
     return values
 
 
+@pytest.mark.slow  # multi-process run (CLI subprocesses, sweeps): make test-slow
 def test_two_by_two_sweep_with_two_seeds_gives_records_report_and_named_wandb_runs(small_corpus, tmp_path):
     sweep_dir = tmp_path / "mmhe_grid"
     grid = ["loss=mmhe", "loss.m=0.2,0.4", "loss.r=1.0,1.5", "seed=1,2"]
@@ -77,6 +78,7 @@ def test_two_by_two_sweep_with_two_seeds_gives_records_report_and_named_wandb_ru
     assert report_run["group"] == "mmhe_grid" and report_run["job_type"] == "sweep-report"
 
 
+@pytest.mark.slow  # multi-process run (CLI subprocesses, sweeps): make test-slow
 def test_failed_and_diverged_jobs_are_recorded_while_the_others_finish(small_corpus, tmp_path):
     # τ = 1e-46 is 0 in float32: s/τ = inf, a NaN loss at the first step; a missing corpus fails the job
     corpus = f"data.corpus={small_corpus},{tmp_path / 'missing.txt'}"
@@ -103,6 +105,7 @@ def test_a_single_diverged_run_exits_nonzero_and_keeps_its_record(small_corpus, 
     assert json.loads((tmp_path / "metrics.json").read_text())["status"] == "diverged"
 
 
+@pytest.mark.slow  # multi-process run (CLI subprocesses, sweeps): make test-slow
 def test_optuna_runs_three_trials_into_a_resumable_study(small_corpus, tmp_path):
     import optuna
 
@@ -117,6 +120,7 @@ def test_optuna_runs_three_trials_into_a_resumable_study(small_corpus, tmp_path)
     assert len(study.trials) == 3 and study.best_value == best  # the value main() returned: the same float
 
 
+@pytest.mark.slow  # multi-process run (CLI subprocesses, sweeps): make test-slow
 def test_submitit_local_launcher_runs_a_two_job_sweep(small_corpus, tmp_path):
     sweep([*TINY_JOB, "logger=csv", "launcher=local_processes", "loss.tau=0.05,0.1", f"data.corpus={small_corpus}"],
           tmp_path / "sub")  # fmt: skip

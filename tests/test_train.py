@@ -205,6 +205,7 @@ def wait_for_flush(log: Path, last_metric: str, timeout: float = 30.0) -> tuple[
         time.sleep(0.2)
 
 
+@pytest.mark.slow  # multi-process run (CLI subprocesses, sweeps): make test-slow
 def test_multirun_sweep_gives_one_directory_and_wandb_run_per_job(small_corpus, tmp_path):
     import subprocess
     import sys
