@@ -84,14 +84,25 @@ def read_checkpoint(path: str | Path, key: str = "checkpoint", mmap: bool = Fals
         with torch.serialization.safe_globals(SAFE_GLOBALS):
             checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except (pickle.UnpicklingError, RuntimeError, AttributeError, ValueError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise SentembConfigError(
-            f"{named} was refused: it holds objects a sentemb checkpoint never holds ({first}). Nothing in it "
-            "was run. Fix: pass a checkpoint written by sentemb.train; a file from elsewhere is loaded only if it "
-            "holds tensors and plain values"
+            f"{named} was refused: it holds objects a sentemb checkpoint never holds ({what_it_names(path, err)}). "
+            "Nothing in it was run. Fix: pass a checkpoint written by sentemb.train; a file from elsewhere is loaded "
+            "only if it holds tensors and plain values"
         ) from None
     check_sentemb_checkpoint(checkpoint, named)
     return checkpoint
+
+
+def what_it_names(path: Path, err: Exception) -> str:
+    """The functions and classes a refused checkpoint's pickle names (read from its opcodes, nothing run)."""
+    try:
+        names = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+    except Exception:  # noqa: BLE001 (a file torch cannot scan: the load's own error says why)
+        names = []
+    if names:
+        return "it names " + ", ".join(names)
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return lines[-1] if lines else type(err).__name__
 
 
 def check_sentemb_checkpoint(checkpoint: Any, named: str) -> None:
