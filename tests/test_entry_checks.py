@@ -99,17 +99,17 @@ def command_config(name: str, overrides: list[str]) -> DictConfig:
     ("command", "config", "overrides"),
     [
         (sentemb.evaluate, "eval", ["pooling=mean", "tasks=[STS12]"]),
-        (sentemb.export, "export", ["out=/tmp/sentemb_never_written"]),
+        (sentemb.export, "export", ["out={tmp}/out"]),
     ],
     ids=["evaluate", "export"],
 )
-def test_evaluate_and_export_refuse_a_missing_model_folder(command, config, overrides):
-    cfg = command_config(config, ["model.name_or_path=/nonexistent", *overrides])
+def test_evaluate_and_export_refuse_a_missing_model_folder(command, config, overrides, tmp_path):
+    cfg = command_config(config, ["model.name_or_path=/nonexistent", *(o.format(tmp=tmp_path) for o in overrides)])
     with pytest.raises(SystemExit) as stop:
         command.main.__wrapped__(cfg)  # the command's body, without Hydra's argv parsing
     assert str(stop.value.code).startswith("sentemb: model.name_or_path=/nonexistent: no such folder (/nonexistent)")
     assert "Fix: " in str(stop.value.code)
-    assert not Path("/tmp/sentemb_never_written").exists()
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.slow
