@@ -19,7 +19,7 @@ from sentemb.common.errors import SentembConfigError
 from sentemb.encoders import backbones, hicl, sarcse
 from sentemb.encoders import pooling as poolings
 from sentemb.encoders.backbones import check_backbone_options, freeze_all_but_top_layers
-from sentemb.encoders.checkpoint import current_targets, read_checkpoint
+from sentemb.encoders.checkpoint import check_checkpoint_serves, current_targets, read_checkpoint
 from sentemb.encoders.encoder import SentenceEncoder
 
 # the only things a config may build: config key → its `_target_`s, each a (module, name) of sentemb's own,
@@ -99,6 +99,13 @@ def check_encoder_parts(model: dict, pooling: dict, head: dict | None = None) ->
     checked_part("pooling", pooling)
     if head:
         checked_part("head", head)
+
+
+def check_checkpoint_parts(hparams: dict, asked: dict, path: str | Path, key: str, fix: str) -> None:
+    """A checkpoint's saved parts are sentemb's own (`check_encoder_parts`) and those the command asks for
+    (`check_checkpoint_serves`): what train's ckpt_path and evaluate/export's checkpoint= both check."""
+    check_encoder_parts(hparams["model"], hparams["pooling"], hparams.get("head"))
+    check_checkpoint_serves(hparams, asked, Path(path), key, fix)
 
 
 def build_encoder(model: dict, pooling: dict, head: dict | None = None) -> SentenceEncoder:

@@ -18,8 +18,8 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.hydra_plumbing import resolved_container, target_name
 from sentemb.common.paths import resolve_data_root
-from sentemb.encoders.build import build_encoder, check_encoder_parts, encoder_from_checkpoint
-from sentemb.encoders.checkpoint import check_checkpoint_serves, model_label, read_checkpoint
+from sentemb.encoders.build import build_encoder, check_checkpoint_parts, encoder_from_checkpoint
+from sentemb.encoders.checkpoint import model_label, read_checkpoint
 from sentemb.encoders.encoder import SentenceEncoder
 from sentemb.eval.cache import EmbeddingCache
 from sentemb.eval.figures import similarity_density_figure
@@ -56,7 +56,7 @@ def asked_parts(cfg: DictConfig) -> dict[str, Any]:
     overrides = [str(o) for o in OmegaConf.select(hydra, "overrides.task", default=[])] if hydra is not None else []
     if not any(o.startswith("checkpoint=") for o in overrides):  # not the overrides of this command's checkpoint=
         return {}
-    groups = {str(o).lstrip("+~").split("=", 1)[0].split(".", 1)[0].split("@", 1)[0] for o in overrides}
+    groups = {o.lstrip("+~").split("=", 1)[0].split(".", 1)[0].split("@", 1)[0] for o in overrides}
     return {part: resolved_container(cfg.get(part)) for part in ("model", "pooling", "head") if part in groups}
 
 
@@ -66,10 +66,8 @@ def served_checkpoint(cfg: DictConfig) -> dict[str, Any] | None:
     if not cfg.get("checkpoint"):
         return None
     checkpoint = read_checkpoint(cfg.checkpoint, key="checkpoint", mmap=True)
-    hparams = checkpoint["hyper_parameters"]
-    check_encoder_parts(hparams["model"], hparams["pooling"], hparams.get("head"))  # a config naming code: refused
     fix = "drop the model= / pooling= / head= overrides (a checkpoint is served with the parts it was trained with)"
-    check_checkpoint_serves(hparams, asked_parts(cfg), cfg.checkpoint, "checkpoint", fix)
+    check_checkpoint_parts(checkpoint["hyper_parameters"], asked_parts(cfg), cfg.checkpoint, "checkpoint", fix)
     return checkpoint
 
 

@@ -28,8 +28,8 @@ from lightning.pytorch.callbacks import Checkpoint
 
 from sentemb.common.errors import Preempted, SentembConfigError
 from sentemb.common.hydra_plumbing import resolved_container
-from sentemb.encoders.build import check_encoder_parts
-from sentemb.encoders.checkpoint import check_checkpoint_serves, read_checkpoint
+from sentemb.encoders.build import check_checkpoint_parts
+from sentemb.encoders.checkpoint import read_checkpoint
 from sentemb.training.callbacks import STSBDevEvaluation
 
 log = logging.getLogger(__name__)
@@ -43,12 +43,10 @@ def check_checkpoint_path(ckpt_path: str | None, cfg: Mapping[str, Any] | None =
     if not ckpt_path:
         return
     checkpoint = read_checkpoint(ckpt_path, key=key, mmap=True)
-    hparams = checkpoint["hyper_parameters"]
-    check_encoder_parts(hparams["model"], hparams["pooling"], hparams.get("head"))  # a config naming code: refused
-    if cfg is not None:
-        asked = {part: resolved_container(cfg.get(part)) for part in ("model", "pooling", "head")}
-        fix = "resume with the run's own model=, pooling= and head= (its .hydra/overrides.yaml), or start a new run"
-        check_checkpoint_serves(hparams, asked, Path(ckpt_path), key or "ckpt_path", fix)
+    parts = ("model", "pooling", "head") if cfg is not None else ()  # without cfg: the file and its parts alone
+    asked = {part: resolved_container(cfg.get(part)) for part in parts}
+    fix = "resume with the run's own model=, pooling= and head= (its .hydra/overrides.yaml), or start a new run"
+    check_checkpoint_parts(checkpoint["hyper_parameters"], asked, ckpt_path, key or "ckpt_path", fix)
 
 
 def checkpoint_dir(ckpt_path: str | None, output_dir: str) -> str:
