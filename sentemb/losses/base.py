@@ -1,6 +1,6 @@
 """What every objective shares: its output type, the normalisation, and hyper-parameter checks.
 
-Conventions (../shared/spec/objectives.md): a loss takes the two views' raw embeddings
+Conventions (docs/objectives.md): a loss takes the two views' raw embeddings
 (z, z') of shape (N, D), normalises them itself, computes similarities in float32 (float64
 inputs stay float64, for gradient tests) with autocast off, and uses one direction (h
 anchors against h' candidates) unless `symmetric=True`, which averages both directions.

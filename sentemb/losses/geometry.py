@@ -2,7 +2,7 @@
 
 All functions take unit vectors / cosine matrices already in float32 (or float64) and are
 safe at cos = ±1 and for duplicated sentences: arccos and sqrt see clamped arguments.
-Notation of ../shared/spec/objectives.md: s_ij = h_i·h'_j (cross view), a_ij = h_i·h_j
+Notation of docs/objectives.md: s_ij = h_i·h'_j (cross view), a_ij = h_i·h_j
 (same view), d_i the margin indicator, W the weight of a negative, R the ratio.
 """
 

@@ -1,6 +1,6 @@
 """The non-contrastive objectives in their original form (paradigm paper Section 4, App. D.2).
 
-All on L2-normalised embeddings, as the paper does. Definitions (../shared/spec/objectives.md):
+All on L2-normalised embeddings, as the paper does. Definitions (docs/objectives.md):
   align_mhe  L^a + ν L^{u,MHE},  L^a = (1/N) Σ_i ‖h_i−h'_i‖²,
              L^{u,MHE} = log(2/(N(N−1)) Σ_{k<l} e^{−‖h_k−h_l‖²})                         (grad: Eq. 7, 8)
   align_mhs  L^a + ν (1/N) Σ_i L_i^{u,MHS},  L_i^{u,MHS} = −min_{j≠i} ‖h_i−h_j‖              (grad: Eq. 7, 9)
