@@ -3,7 +3,7 @@
 Each row is a figure against its anchor measured in the same run, their ratio, the target from
 the figure's issue and whether it holds, with the machine and date. The training studies
 (loss_study, encoder_variants) run their --quick modes and their tables are appended: they show
-the pipeline runs end to end, not the papers' numbers (those need full epochs: README).
+the pipeline runs end to end, not the papers' numbers (those need full epochs: BENCHMARKS.md's Training studies).
 
     python benchmarks/report.py [--full] [--out BENCHMARKS.md]
 """
@@ -59,6 +59,16 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores{gpu}, torch {torch.__version__}, Python {platform.python_version()}"
 
 
+HAND_WRITTEN = "## Measured by hand"  # from this heading on, BENCHMARKS.md is kept as it is: figures no script makes
+
+
+def kept_by_hand(out: Path) -> str:
+    """The hand-measured section of an existing BENCHMARKS.md (its heading to the end), or ""."""
+    text = out.read_text(encoding="utf-8") if out.is_file() else ""
+    start = text.find(f"\n{HAND_WRITTEN}\n")
+    return text[start + 1 :] if start >= 0 else ""
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="the scripts' default (long) modes")
@@ -104,7 +114,8 @@ def main() -> int:
     for script, table in appendices:
         note = " (quick: 30 steps per run, not the papers' setting)" if script in TRAINING_STUDIES else ""
         lines += ["", f"## {script}{note}", "", table.strip()]
-    args.out.write_text("\n".join(lines) + "\n")
+    kept = kept_by_hand(args.out)
+    args.out.write_text("\n".join(lines) + "\n" + (f"\n{kept}" if kept else ""))
     print("\n".join(lines))
     broken = [s for s, _, rc, _ in runs if rc not in (0, 1)]
     missed = [r["figure"] for r in rows if r["passed"] is False]
