@@ -1,29 +1,27 @@
-# sentemb: `make train` runs the main job, `make test` the test suite; both install what they need.
+# sentemb: `make train` runs the main job, `make test` the test suite; both install and fetch what they need.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# pip on this workplace prints a warning per package for its file mirrors; keep the log readable
-QUIET_PIP := 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 
-.PHONY: install train test test-slow lint format data bench mteb clean
+.PHONY: install train test test-slow lint format data data-if-missing bench mteb clean
 
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@# torch first and pinned: the local CPU wheel here; an unpinned torch would pull GBs of CUDA wheels
-	$(PY) -m pip install -q torch==2.13.0 $(QUIET_PIP)
-	$(PY) -m pip install -q -e '.[dev]' $(QUIET_PIP)
+	@# torch first and pinned: an unpinned torch would pull GBs of CUDA wheels
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
-train: install
+train: data-if-missing
 	$(PY) -m sentemb.train $(ARGS)
 
-test: install
+test: data-if-missing
 	$(PY) -m pytest -m "not slow" -q $(ARGS)
 
-test-slow: install
+test-slow: data-if-missing
 	$(PY) -m pytest -m slow -q $(ARGS)
 
 lint: install
@@ -36,6 +34,10 @@ format: install
 
 data: install
 	$(PY) -m sentemb.download data
+
+# what train and test read, downloaded into ./data only when no data root holds it (docs/data.md); offline: fails fast
+data-if-missing: install
+	$(PY) -m sentemb.download --if-missing data
 
 # every benchmark (quick modes) → BENCHMARKS.md; ARGS=--full for the scripts' long modes
 bench: install

@@ -59,7 +59,7 @@ def _require(path: Path) -> Path:
     if not path.is_file():
         raise SentembConfigError(
             f"SentEval file {path} does not exist. Fix: point SENTEMB_DATA (or paths.data_dir) at a data root "
-            "holding senteval/downstream/ (see ../shared/data/README.md), or run `make data`."
+            "holding senteval/downstream/ (docs/data.md), or run `make data`."
         )
     return path
 

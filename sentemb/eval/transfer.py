@@ -51,7 +51,7 @@ def _lines(path: Path, encoding: str) -> list[str]:
     if not path.is_file():
         raise SentembConfigError(
             f"SentEval file {path} does not exist. Fix: point SENTEMB_DATA (or paths.data_dir) at a data root "
-            "holding senteval/downstream/ (see ../shared/data/README.md), or run `make data`."
+            "holding senteval/downstream/ (docs/data.md), or run `make data`."
         )
     return path.read_text(encoding=encoding).splitlines()
 
