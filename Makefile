@@ -18,8 +18,10 @@ $(VENV)/.installed: pyproject.toml
 train: data-if-missing
 	$(PY) -m sentemb.train $(ARGS)
 
+# one pytest worker per core (at most 4), the cores shared out between them (tests/conftest.py); TEST_WORKERS=0: one process
+TEST_WORKERS ?= auto
 test: data-if-missing
-	$(PY) -m pytest -m "not slow" -q $(ARGS)
+	$(PY) -m pytest -m "not slow" -q -n $(TEST_WORKERS) --maxprocesses=4 $(ARGS)
 
 test-slow: data-if-missing
 	$(PY) -m pytest -m slow -q $(ARGS)

@@ -41,6 +41,14 @@ FAMILIES = {
 MODIFIED_OF = {"align_mhe": "mmhe", "align_mhs": "mmhs", "barlow": "mbarlow", "vicreg": "mvicreg"}
 TELEMETRY = ["gd", "hardest_share", "ratio", "mu_pos", "mu_neg", "sigma_pos", "sigma_neg", "alignment", "uniformity"]
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from sentemb.common.metric_names import (  # noqa: E402
+    BEST_STEP,
+    DEV_SPEARMAN_BEST_RESCORED,
+    DEV_SPEARMAN_INITIAL,
+    TEST_SPEARMAN,
+)
+
 # --quick: one loss of each family, 30 steps, dev every 15
 QUICK_LOSSES = ["infonce", "align_mhe", "mbarlow"]
 QUICK = ["trainer.max_steps=30", "eval.every_n_steps=15"]
@@ -78,12 +86,12 @@ def run_one(name: str, run_dir: Path, extra: list[str], choice: list[str] | None
         checkpoint.unlink()
     return {
         "loss": name,
-        "dev": 100 * final["stsb/best_dev_spearman"]
-        if final["stsb/best_dev_spearman"] <= 1
-        else final["stsb/best_dev_spearman"],
-        "test": 100 * final["stsb/test_spearman"] if final["stsb/test_spearman"] <= 1 else final["stsb/test_spearman"],
-        "best_step": int(final["stsb/best_step"]),
-        "initial_dev": final.get("stsb/dev_spearman_initial"),
+        "dev": 100 * final[DEV_SPEARMAN_BEST_RESCORED]
+        if final[DEV_SPEARMAN_BEST_RESCORED] <= 1
+        else final[DEV_SPEARMAN_BEST_RESCORED],
+        "test": 100 * final[TEST_SPEARMAN] if final[TEST_SPEARMAN] <= 1 else final[TEST_SPEARMAN],
+        "best_step": int(final[BEST_STEP]),
+        "initial_dev": final.get(DEV_SPEARMAN_INITIAL),
         "telemetry": telemetry_at_end(run_dir),  # as for a kept result: the last batch alone may be small
         "step": int(last_step["step"]),
         "seconds": round(seconds, 1),

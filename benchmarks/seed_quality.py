@@ -21,12 +21,15 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from sentemb.common.metric_names import DEV_SPEARMAN_BEST_RESCORED, TEST_SPEARMAN, read_metric  # noqa: E402
+
 VARIANTS = {
     "padded fp32": ["model.padding_free=false"],
     "padding-free fp32 (default)": [],
     "fast preset (trainer=fast)": ["trainer=fast"],
 }
-METRICS = {"STS-B dev": "stsb/best_dev_spearman", "STS-B test": "stsb/test_spearman"}
+METRICS = {"STS-B dev": DEV_SPEARMAN_BEST_RESCORED, "STS-B test": TEST_SPEARMAN}
 
 
 def run_job(directory: Path, seed: int, overrides: list[str]) -> dict:
@@ -62,8 +65,9 @@ def table(results: dict[str, list[dict]]) -> list[str]:
     for name, records in results.items():
         cells, deltas = [], []
         for key in METRICS.values():
-            values = [r["metrics"][key] for r in records]
-            base = [r["metrics"][key] for r in results[anchor]]
+            # a reused record may be older than today's metric names
+            values = [read_metric(r["metrics"], key) for r in records]
+            base = [read_metric(r["metrics"], key) for r in results[anchor]]
             (mean, std), (base_mean, base_std) = mean_std(values), mean_std(base)
             cells.append(f"{mean:.2f} ± {std:.2f}")
             two_se = 2 * math.sqrt(std**2 / len(values) + base_std**2 / len(base))
@@ -94,7 +98,9 @@ def main() -> int:
     per_seed = [
         f"| {name} | "
         + " | ".join(
-            f"{r['metrics'][METRICS['STS-B dev']]:.2f} / {r['metrics'][METRICS['STS-B test']]:.2f}" for r in records
+            f"{read_metric(r['metrics'], METRICS['STS-B dev']):.2f} / "
+            f"{read_metric(r['metrics'], METRICS['STS-B test']):.2f}"
+            for r in records
         )
         + " |"
         for name, records in results.items()

@@ -33,6 +33,7 @@ import torch
 from tqdm import tqdm
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.process import configure_process
 from sentemb.losses import build
 
 SIGMA_POS, SIGMA_NEG = 0.05, 0.10
@@ -171,10 +172,7 @@ def simulate(
     """Compute Figures 2–4's arrays and write the PNGs; returns the written paths. An `out_dir` that holds an
     earlier simulation's outputs is refused (SentembConfigError) unless `overwrite`."""
     check_out_dir(out_dir, overwrite)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # main chose the file-only backend (sentemb.common.process)
 
     mu_pos = torch.linspace(math.pi / 20, math.pi / 2, grid, dtype=torch.float64)
     mu_neg = torch.linspace(math.pi / 20, math.pi, grid, dtype=torch.float64)
@@ -243,6 +241,7 @@ def simulate(
 
 
 def main(argv: list[str] | None = None) -> None:
+    configure_process()
     parser = argparse.ArgumentParser(prog="python -m sentemb.analysis", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     sim = commands.add_parser("simulate", help="Figures 2–4 of the paradigm paper from sampled angles")

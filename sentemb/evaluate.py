@@ -11,15 +11,15 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from sentemb.common.errors import SentembConfigError
-from sentemb.common.log_noise import silence_known_noise
 from sentemb.common.paths import CONF_DIR
+from sentemb.common.process import configure_process
 from sentemb.encoders.backbones import check_model
 from sentemb.eval.suite import evaluate
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="eval")
 def main(cfg: DictConfig) -> None:
-    silence_known_noise()  # the library lines a run need not show, each with its reason (common/log_noise.py)
+    configure_process()
     try:
         if not cfg.get("checkpoint"):  # model= with pooling=: a mistyped folder is named before anything loads
             check_model(cfg.model)

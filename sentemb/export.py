@@ -30,8 +30,8 @@ from safetensors.torch import load_file, save_file
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.hydra_plumbing import target_name
-from sentemb.common.log_noise import silence_known_noise
 from sentemb.common.paths import CONF_DIR
+from sentemb.common.process import configure_process
 from sentemb.encoders.backbones import check_model
 from sentemb.encoders.checkpoint import model_label
 from sentemb.encoders.encoder import SentenceEncoder
@@ -234,7 +234,7 @@ def export(cfg: DictConfig) -> Path:
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="export")
 def main(cfg: DictConfig) -> None:
-    silence_known_noise()  # the library lines a run need not show, each with its reason (common/log_noise.py)
+    configure_process()
     try:
         if not cfg.get("checkpoint"):  # model= with pooling=: a mistyped folder is named before anything loads
             check_model(cfg.model)

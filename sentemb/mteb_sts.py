@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from sentemb.common.process import configure_process
 from sentemb.encoders.backbones import hub_reachable
 
 
@@ -36,6 +37,7 @@ def check(folder: Path) -> str | None:
 
 
 def main(argv: list[str]) -> int:
+    configure_process()
     if len(argv) != 2:
         sys.exit("usage: make mteb MODEL=<exported folder>")
     folder = Path(argv[1]).expanduser()

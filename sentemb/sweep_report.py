@@ -1,5 +1,6 @@
 """`python -m sentemb.sweep_report <multirun dir>`: a sweep's report (sweep.csv, sweep.md, figures, the winner),
-again by hand (also while jobs still run); it is also written at the end of every multirun."""
+again by hand (also while jobs still run); it is also written at the end of every multirun. An Optuna study
+(hparams_search=optuna) gets Optuna's figures: optimisation history, parameter importances, slice."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import sys
 from pathlib import Path
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.process import configure_process
 from sentemb.runs.sweeps import write_report
 
 
 def main(argv: list[str] | None = None) -> int:
+    configure_process()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sweep_dir", type=Path, help="a multirun directory (holding <job>/metrics.json)")
     args = parser.parse_args(argv)

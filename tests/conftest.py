@@ -4,15 +4,28 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
 from sentemb.common.hydra_plumbing import compose_config
 from sentemb.common.paths import CONF_DIR, resolve_data_root
+from sentemb.common.process import configure_process
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    configure_process()  # the library runs under the settings every command makes (warning filters, Agg)
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))  # set in each worker by pytest-xdist
+    if workers > 1:
+        # the cores shared out: two workers x two torch threads on two cores spin in OpenMP's barriers (~10x slower)
+        threads = max(1, len(os.sched_getaffinity(0)) // workers)
+        torch.set_num_threads(threads)
+        os.environ["OMP_NUM_THREADS"] = str(threads)  # the commands a test runs in a subprocess share them too
 
 
 @pytest.fixture(scope="session")

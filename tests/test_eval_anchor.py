@@ -28,7 +28,7 @@ def test_minilm_cls_dev_before_training_matches_the_bare_loop_anchor(stsb, tmp_p
 
 
 def test_minilm_mean_pooling_test_matches_official_senteval(stsb, tmp_path):
-    # ../shared/data/README.md: official SentEval code, masked mean pooling, no truncation: 82.03 (= MTEB's figure);
+    # the official SentEval code on these files, masked mean pooling, no truncation: 82.03 (= MTEB's published figure);
     # equal to 2 decimals, as the papers print
     score = stsb.evaluate(minilm("mean", tmp_path))["test"]["spearman"]
     assert round(score, 2) == 82.03, score

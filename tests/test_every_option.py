@@ -30,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import sentemb.encoders.backbones
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.metric_names import DEV_SPEARMAN_BEST_LOGGED, TEST_SPEARMAN
 from sentemb.common.paths import CONF_DIR, resolve_data_root
 from sentemb.training.checks import prepare_run
 from sentemb.training.sweep_check import check_sweep
@@ -279,5 +280,5 @@ def test_option_trains_one_step(group, option, small_corpus, small_stsb, tmp_pat
         assert "STS-B test Spearman" in result.stdout
         return
     metrics = run(overrides, tmp_path / "run")
-    assert math.isfinite(metrics["stsb/test_spearman"]) and math.isfinite(metrics["stsb/dev_spearman_best"])
+    assert math.isfinite(metrics[TEST_SPEARMAN]) and math.isfinite(metrics[DEV_SPEARMAN_BEST_LOGGED])
     assert metrics["scored_weights"] == ("best" if cfg.get("callbacks") else "final")

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.metric_names import DEV_SPEARMAN_BEST_LOGGED, DEV_SPEARMAN_BEST_RESCORED
 from sentemb.encoders.backbones import packaged_model_path, pretrained_tokenizer, tiny_bert
 from sentemb.encoders.encoder import SentenceEncoder
 from sentemb.encoders.hicl import HiCLPooling, segment_weights, slice_content
@@ -147,7 +148,7 @@ def test_hicl_training_logs_local_and_global_and_the_checkpoint_reproduces_dev(t
     dev = STSBenchmark(Path(cfg.eval.stsb_dir), splits=("dev",))
     offline = dev.evaluate(reloaded.encoder, batch_size=cfg.eval.batch_size)["dev"]["spearman"]
     # exact: the callback's computation (dev alone, eval.batch_size, CPU) on the checkpoint's bit-identical weights
-    assert offline == metrics["stsb/dev_spearman_best"] == metrics["stsb/best_dev_spearman"]
+    assert offline == metrics[DEV_SPEARMAN_BEST_LOGGED] == metrics[DEV_SPEARMAN_BEST_RESCORED]
 
 
 def test_with_prompt_every_segment_carries_the_template_and_one_mask(tokenizer):

@@ -1,4 +1,4 @@
-"""Each loss's gradient against the form the spec states for it (../shared/spec/objectives.md).
+"""Each loss's gradient against the form its paper states for it (docs/objectives.md).
 
 Float64, random unit embeddings, N = 12. Autograd is taken with respect to unit-norm inputs,
 so the normalisation's Jacobian projects it onto the tangent space: it is exactly the

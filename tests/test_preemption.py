@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from sentemb.common.metric_names import BEST_STEP, DEV_SPEARMAN, DEV_SPEARMAN_BEST_RESCORED, TEST_SPEARMAN
 from sentemb.runs.offline_wandb import config_and_history, run_id
 
 KILL_AT_3 = ["+callbacks.kill._target_=tests.interruptions.SignalAt", "+callbacks.kill.step=3"]
@@ -81,8 +82,8 @@ def test_sigterm_after_step_3_then_the_same_command_ends_as_the_uninterrupted_ru
     assert sorted(p.name for p in (run / "csv").iterdir()) == ["version_0", "version_1"]
     # the same computation on bit-identical weights, optimizer, data position and RNG: equal, not close
     assert losses(run) == losses(full) and len(losses(full)) == 6
-    assert losses(run, "stsb/dev_spearman") == losses(full, "stsb/dev_spearman")
-    for key in ("stsb/best_dev_spearman", "stsb/test_spearman", "stsb/best_step"):
+    assert losses(run, DEV_SPEARMAN) == losses(full, DEV_SPEARMAN)
+    for key in (DEV_SPEARMAN_BEST_RESCORED, TEST_SPEARMAN, BEST_STEP):
         assert record(run)["metrics"][key] == record(full)["metrics"][key], key
 
     # W&B: the resumed process continued the same run, from step 4 on

@@ -9,6 +9,7 @@ from tokenizers import ByteLevelBPETokenizer
 from tokenizers.processors import RobertaProcessing
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.metric_names import DEV_SPEARMAN_BEST_LOGGED, DEV_SPEARMAN_BEST_RESCORED
 from sentemb.encoders.backbones import pretrained_tokenizer, tiny_bert
 from sentemb.encoders.encoder import SentenceEncoder
 from sentemb.encoders.pooling import PromptPooling
@@ -109,4 +110,4 @@ def test_prompt_training_run_and_its_checkpoint_reproduce_the_dev_score(tiny_ove
     dev = STSBenchmark(Path(cfg.eval.stsb_dir), splits=("dev",))
     offline = dev.evaluate(reloaded.encoder, batch_size=cfg.eval.batch_size)["dev"]["spearman"]
     # exact: the callback's computation (dev alone, eval.batch_size, CPU) on the checkpoint's bit-identical weights
-    assert offline == metrics["stsb/dev_spearman_best"] == metrics["stsb/best_dev_spearman"]
+    assert offline == metrics[DEV_SPEARMAN_BEST_LOGGED] == metrics[DEV_SPEARMAN_BEST_RESCORED]

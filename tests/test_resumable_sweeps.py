@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sentemb.runs.record import read_records, write_record
-from sentemb.runs.restart import plan_restart
+from sentemb.runs.rerun_policy import plan_restart
 from tests.test_sweep import TINY_JOB, sweep
 
 GRID = ["loss.tau=0.05,0.1", "seed=1,2"]

@@ -9,6 +9,13 @@ import lightning as L
 import pytest
 
 import sentemb.train
+from sentemb.common.metric_names import (
+    BEST_STEP,
+    DEV_SPEARMAN,
+    DEV_SPEARMAN_BEST_LOGGED,
+    DEV_SPEARMAN_BEST_RESCORED,
+    TEST_SPEARMAN,
+)
 from tests.test_train import run
 
 
@@ -55,8 +62,8 @@ def test_resumed_run_equals_the_uninterrupted_run(overrides, tmp_path, monkeypat
     assert sorted(stopped) == sorted(losses)[:3] and sorted(after) == sorted(losses)[3:]
     # the same computation on bit-identical weights, optimizer, data position and RNG: equal, not close
     assert {**stopped, **after} == losses
-    assert logged(tmp_path / "resumed", "stsb/dev_spearman") == {6: logged(tmp_path / "full", "stsb/dev_spearman")[6]}
-    for key in ("stsb/dev_spearman_best", "stsb/best_dev_spearman", "stsb/best_step", "stsb/test_spearman"):
+    assert logged(tmp_path / "resumed", DEV_SPEARMAN) == {6: logged(tmp_path / "full", DEV_SPEARMAN)[6]}
+    for key in (DEV_SPEARMAN_BEST_LOGGED, DEV_SPEARMAN_BEST_RESCORED, BEST_STEP, TEST_SPEARMAN):
         assert resumed[key] == full[key], key
 
 

@@ -1,7 +1,7 @@
 """A run folder is written only by a job that runs: a refused or skipped command changes no byte of it.
 
-Hydra would save .hydra/ and open `<job name>.log` before the job decides (sentemb.runs.restart);
-conf/train.yaml turns both off and sentemb.train writes them once the job is accepted. The fast
+Hydra would save .hydra/ and open `<job name>.log` before the job decides (sentemb.runs.rerun_policy);
+conf/train.yaml turns both off and sentemb.runs.job_files writes them once the job is accepted. The fast
 tests call the real `python -m sentemb.train` entry point (Hydra's machinery) in this process.
 """
 
@@ -19,16 +19,21 @@ import yaml
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import open_dict, read_write
 
+import sentemb.runs.lifecycle
 import sentemb.train
+from sentemb.common.metric_names import DEV_SPEARMAN_BEST_LOGGED
+from sentemb.runs.job_files import save_hydra_files
+from sentemb.runs.lifecycle import optimized_metric
 from sentemb.runs.record import read_record, write_record
-from tests.conftest import tree
+from tests.conftest import compose_train, tree
 
 FINISHED = ["model=tiny", "logger=csv", "trainer.max_steps=2"]
 
 
 @pytest.fixture
 def finished_run(tmp_path: Path) -> Path:
-    """A finished run's folder as a real one looks (record ok, .hydra/, log, checkpoints), made by hand."""
+    """A finished run's folder as a real one looks (record ok, .hydra/, log, checkpoints), made by hand; its record
+    holds a metric under its name before the metric-name scheme (stsb/dev_spearman_best), as old runs do."""
     run = tmp_path / "run"
     write_record(
         run, {"status": "ok", "message": "", "metrics": {"stsb/dev_spearman_best": 0.5}, "overrides": FINISHED}
@@ -48,7 +53,7 @@ def fake_training(monkeypatch):
 
     def train(cfg):
         logging.getLogger("sentemb.train").info("training %s", cfg.trainer.max_steps)
-        return {"stsb/dev_spearman_best": 0.25}
+        return {DEV_SPEARMAN_BEST_LOGGED: 0.25}
 
     monkeypatch.setattr(sentemb.train, "train", train)
 
@@ -66,6 +71,12 @@ def test_a_repeated_command_skips_the_finished_run_and_changes_no_byte(cli, fini
     cli([*FINISHED, f"hydra.run.dir={finished_run}"])
     assert tree(finished_run) == before
     assert "finished (metrics.json: ok); its record is reused" in capsys.readouterr().out  # Hydra's console log
+
+
+def test_a_skipped_old_record_gives_its_optimized_metric_by_todays_name(finished_run, tmp_path):
+    cfg = compose_train(FINISHED, tmp_path / "new")
+    assert cfg.optimized_metric == DEV_SPEARMAN_BEST_LOGGED  # the default names it by today's name
+    assert optimized_metric(read_record(finished_run)["metrics"], cfg) == 0.5
 
 
 def test_an_accepted_job_writes_hydras_files_and_its_log(cli, tmp_path, fake_training):
@@ -87,7 +98,7 @@ def test_the_hydra_files_are_byte_for_byte_what_hydra_writes(cli, tmp_path, monk
         hydra_cfg = copy.deepcopy(HydraConfig.get())
         with read_write(hydra_cfg), open_dict(hydra_cfg):
             hydra_cfg.output_subdir = None  # as conf/train.yaml sets it
-        sentemb.train.save_hydra_files(cfg, hydra_cfg, tmp_path / "ours")
+        save_hydra_files(cfg, hydra_cfg, tmp_path / "ours")
         return {}
 
     monkeypatch.setattr(sentemb.train, "train", train)
@@ -101,7 +112,7 @@ def test_the_hydra_files_are_byte_for_byte_what_hydra_writes(cli, tmp_path, monk
 @pytest.mark.parametrize("rank_worker", ["ddp_worker=true", "rank 1"])
 def test_a_rank_worker_writes_its_log_and_not_hydras_files(rank_worker, cli, tmp_path, fake_training, monkeypatch):
     if rank_worker == "rank 1":  # a rank Lightning's or SLURM's launcher started: its rank is in the environment
-        monkeypatch.setattr(sentemb.train, "process_rank", lambda: 1)
+        monkeypatch.setattr(sentemb.runs.lifecycle, "process_rank", lambda: 1)
         overrides = [*FINISHED, "hydra.job.name=train_ddp_process_1"]
     else:  # a sweep job's rank (sentemb.runs.ddp_jobs.rank_overrides)
         overrides = [*FINISHED, "ddp_worker=true", "hydra.job.name=rank0"]

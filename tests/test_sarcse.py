@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.metric_names import DEV_SPEARMAN_BEST_LOGGED, DEV_SPEARMAN_BEST_RESCORED
 from sentemb.encoders.backbones import packaged_model_path, pretrained_tokenizer, tiny_bert
 from sentemb.encoders.sarcse import SARCSEHead, corpus_token_frequency
 from tests.conftest import compose_train
@@ -114,4 +115,4 @@ def test_sarcse_training_logs_each_term_and_the_checkpoint_reproduces_dev(extra,
     dev = STSBenchmark(Path(cfg.eval.stsb_dir), splits=("dev",))
     offline = dev.evaluate(reloaded.encoder, batch_size=cfg.eval.batch_size)["dev"]["spearman"]
     # exact: the callback's computation (dev alone, eval.batch_size, CPU) on the checkpoint's bit-identical weights
-    assert offline == metrics["stsb/dev_spearman_best"] == metrics["stsb/best_dev_spearman"]
+    assert offline == metrics[DEV_SPEARMAN_BEST_LOGGED] == metrics[DEV_SPEARMAN_BEST_RESCORED]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from sentemb.common.metric_names import DEV_SPEARMAN, DEV_SPEARMAN_BEST_RESCORED, TEST_SPEARMAN
 from sentemb.runs.wandb_runs import finish_wandb
 from sentemb.train import train
 from tests.conftest import compose_train
@@ -23,8 +24,8 @@ def test_default_job_reaches_the_issue_bar(tmp_path):
         metrics = train(compose_train(["logger=csv"], output_dir=tmp_path))
     finally:
         finish_wandb()
-    assert metrics["stsb/best_dev_spearman"] >= 84.0
-    assert metrics["stsb/test_spearman"] >= 77.0
+    assert metrics[DEV_SPEARMAN_BEST_RESCORED] >= 84.0
+    assert metrics[TEST_SPEARMAN] >= 77.0
 
 
 def ddp_job(small_corpus: Path, run_dir: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -53,7 +54,7 @@ def test_ddp_on_two_cpu_processes(small_corpus, tmp_path):
     )
     assert printed and printed[1] == printed[2], result.stdout[-2000:]
     rows = list(csv.DictReader((tmp_path / "csv" / "version_0" / "metrics.csv").open()))
-    assert [int(r["step"]) for r in rows if r.get("stsb/dev_spearman")] == [3]
+    assert [int(r["step"]) for r in rows if r.get(DEV_SPEARMAN)] == [3]
 
 
 def test_ddp_with_grad_cache_follows_plain_ddp(small_corpus, tmp_path):

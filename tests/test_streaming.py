@@ -11,6 +11,13 @@ import torch
 
 import sentemb.train
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.metric_names import (
+    BEST_STEP,
+    DEV_SPEARMAN,
+    DEV_SPEARMAN_BEST_LOGGED,
+    DEV_SPEARMAN_BEST_RESCORED,
+    TEST_SPEARMAN,
+)
 from sentemb.data.corpus import HEAD_LINES, check_corpus
 from sentemb.data.datamodule import UnsupervisedTextDataModule
 from sentemb.data.streaming import ShuffledLineStream, StreamPosition
@@ -167,6 +174,6 @@ def test_a_resumed_streaming_run_equals_the_uninterrupted_run(
     assert sorted(stopped) == sorted(losses)[:stop] and sorted(after) == sorted(losses)[stop:]
     # the same computation on bit-identical weights, optimizer, batches and RNG: equal, not close
     assert {**stopped, **after} == losses
-    assert logged(tmp_path / "resumed", "stsb/dev_spearman")[6] == logged(tmp_path / "full", "stsb/dev_spearman")[6]
-    for key in ("stsb/dev_spearman_best", "stsb/best_dev_spearman", "stsb/best_step", "stsb/test_spearman"):
+    assert logged(tmp_path / "resumed", DEV_SPEARMAN)[6] == logged(tmp_path / "full", DEV_SPEARMAN)[6]
+    for key in (DEV_SPEARMAN_BEST_LOGGED, DEV_SPEARMAN_BEST_RESCORED, BEST_STEP, TEST_SPEARMAN):
         assert resumed[key] == full[key], key

@@ -1,8 +1,15 @@
-"""The package's structure: no import cycles, a top level of commands, layers that import only downward."""
+"""The package's structure: no import cycles, a top level of commands, layers that import only downward.
+
+LAYERS, lowest first: a module imports only from its own layer or one before it. common/ is what
+every part may use; losses/, encoders/ and data/ each need common/ alone; eval/ scores encoders;
+training/ trains them (and scores dev with eval/); runs/ runs training jobs and sweeps; the top
+level is the commands (and the exported folders' module, `sentemb.st_modules`).
+"""
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,10 +31,10 @@ def module_name(path: Path) -> str:
 MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
 
 
-def imported_modules(path: Path) -> set[str]:
+def imported_modules(path: Path) -> dict[str, int]:
     """Every sentemb module `path` imports anywhere in its body (function-level imports included: a deferred
-    import closes a cycle just as well)."""
-    found = set()
+    import closes a cycle just as well), with the line of its first import."""
+    found: dict[str, int] = {}
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
@@ -41,7 +48,7 @@ def imported_modules(path: Path) -> set[str]:
             while name and name not in MODULES:  # `import sentemb.a.b` names the module a.b; fall back to packages
                 name = name.rpartition(".")[0]
             if name:
-                found.add(name)
+                found.setdefault(name, node.lineno)
     return found
 
 
@@ -68,7 +75,26 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-GRAPH = {name: imported_modules(path) - {name} for name, path in MODULES.items()}
+IMPORTS = {name: imported_modules(path) for name, path in MODULES.items()}
+GRAPH = {name: set(imports) - {name} for name, imports in IMPORTS.items()}
+LAYERS = ("common", "losses", "encoders", "data", "eval", "training", "runs", "top")
+
+
+def layer_of(path: Path) -> str:
+    """A module's layer: its sub-package's name, or `top` for the package's own modules (commands, st_modules)."""
+    return "top" if path.parent == PACKAGE else path.relative_to(PACKAGE).parts[0]
+
+
+def upward_imports(imports: dict[str, dict[str, int]], layers: dict[str, str], order: tuple[str, ...]) -> list[str]:
+    """Each import of a module from a layer after its own, as `<module>:<line> imports <module>` with the layers."""
+    rank = {layer: index for index, layer in enumerate(order)}
+    return [
+        f"{name}:{line} ({layers[name]}) imports {target} ({layers[target]}): {layers[name]} may import only "
+        f"{', '.join(order[: rank[layers[name]] + 1])}"
+        for name, targets in sorted(imports.items())
+        for target, line in sorted(targets.items())
+        if rank[layers[target]] > rank[layers[name]]
+    ]
 
 
 def test_the_cycle_finder_finds_a_cycle():
@@ -85,11 +111,38 @@ def test_hydra_plumbing_imports_nothing_else_from_sentemb():
     assert GRAPH["sentemb.common.hydra_plumbing"] == set()
 
 
-def test_the_common_layer_and_the_encoders_import_no_training_code():
-    low = [name for name in GRAPH if name.startswith(("sentemb.common", "sentemb.encoders", "sentemb.losses"))]
-    for name in low:
-        bad = {t for t in GRAPH[name] if t.startswith(("sentemb.training", "sentemb.runs", "sentemb.data"))}
-        assert not bad, f"{name} imports {bad}"
+def test_the_layer_check_names_an_upward_import():
+    layers = {"a": "common", "b": "eval", "c": "runs"}
+    imports = {"a": {}, "b": {"a": 3, "c": 7}, "c": {"a": 1, "b": 2}}
+    assert upward_imports(imports, layers, ("common", "eval", "runs")) == [
+        "b:7 (eval) imports c (runs): eval may import only common, eval"
+    ]
+
+
+def test_every_module_is_in_a_layer():
+    layers = {layer_of(path) for path in MODULES.values()}
+    assert layers == set(LAYERS), f"a sub-package that LAYERS does not place: {layers - set(LAYERS)}"
+
+
+def test_every_import_goes_to_its_own_layer_or_one_before_it():
+    layers = {name: layer_of(path) for name, path in MODULES.items()}
+    upward = upward_imports(IMPORTS, layers, LAYERS)
+    assert not upward, "imports against LAYERS:\n" + "\n".join(upward)
+
+
+def test_the_layout_page_states_the_layers_in_their_order():
+    page = (PACKAGE.parent / "docs" / "layout.md").read_text(encoding="utf-8")
+    stated = re.search(r"\*\*(common →[^*]+)\*\*", page).group(1).split("→")
+    stated = [" ".join(layer.split()) for layer in stated]  # the page wraps lines
+    assert [*stated[:-1], "top"] == list(LAYERS) and stated[-1] == "the commands", stated
+    tree = re.findall(r"^  (\w+)/$", page, flags=re.MULTILINE)  # the sub-packages in the page's tree
+    assert [*tree, "top"] == list(LAYERS), tree
+
+
+def test_no_command_imports_another():
+    commands = {f"sentemb.{command}" for command in COMMANDS}
+    for command in sorted(commands):
+        assert not GRAPH[command] & commands, f"{command} imports {GRAPH[command] & commands}"
 
 
 def test_the_top_level_is_the_commands_and_the_exported_folders_module():

@@ -13,6 +13,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.metric_names import DEV_SPEARMAN_BEST_LOGGED
 from sentemb.eval.geometry import alignment, uniformity
 from sentemb.eval.sts import SentencePairs, load_sts_task, read_sts_subset, score_sts_task
 from sentemb.eval.suite import evaluate, resolve_tasks
@@ -114,7 +115,7 @@ def test_checkpoint_evaluated_offline_gives_the_logged_dev_score(tiny_overrides,
     offline = evaluate(cfg, tmp_path / "eval")["sts"]["STSBenchmark"]["subsets"]["dev"]["spearman"]
     # exact: only dev's sentences, the training's eval batch size, CPU: the callback's computation, same weights.
     # (With more tasks the cache batches dev with other sentences; then expect ~1e-4 points, not equality.)
-    assert offline == metrics["stsb/dev_spearman_best"]
+    assert offline == metrics[DEV_SPEARMAN_BEST_LOGGED]
 
 
 def test_bad_checkpoint_path(tmp_path):

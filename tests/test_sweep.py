@@ -11,12 +11,22 @@ import sys
 import time
 from pathlib import Path
 
+import matplotlib.figure
 import pytest
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.metric_names import (
+    BEST_STEP,
+    DEV_SPEARMAN_BEST_LOGGED,
+    DEV_SPEARMAN_BEST_RESCORED,
+    OLD_NAMES,
+    TEST_SPEARMAN,
+)
+from sentemb.runs.job_files import save_hydra_files
 from sentemb.runs.offline_wandb import run_info, summary
 from sentemb.runs.record import read_records, write_record
-from sentemb.runs.sweeps import configurations, job_rows, pooled_seed_std, write_report
+from sentemb.runs.sweep_figures import four_digits, readable
+from sentemb.runs.sweeps import configurations, job_rows, pooled_seed_std, winner_overrides, write_report
 from sentemb.sweep_report import main as report_main
 from tests.conftest import compose_train
 
@@ -62,7 +72,7 @@ def test_two_by_two_sweep_with_two_seeds_gives_records_report_and_named_wandb_ru
                         "tags": ["tiny", "cls", "mmhe"]}  # fmt: skip
         final = wait_for(wandb_log(directory), "status")
         assert final["status"] == "ok"
-        assert final["stsb/best_dev_spearman"] == record["metrics"]["stsb/best_dev_spearman"]  # the same float
+        assert final[DEV_SPEARMAN_BEST_RESCORED] == record["metrics"][DEV_SPEARMAN_BEST_RESCORED]  # the same float
 
     # the report ran by itself at the end of the multirun (Hydra callback)
     assert "(sweep report in" in result.stdout
@@ -116,7 +126,7 @@ def test_optuna_runs_three_trials_into_a_resumable_study(small_corpus, tmp_path)
     assert len(records) == 3 and all(r["status"] == "ok" for _, r in records)
     assert all(set(r["swept"]) == {"loss.m", "loss.tau", "loss.r"} for _, r in records)
     study = optuna.load_study(study_name="sentemb", storage=f"sqlite:///{tmp_path / 'opt' / 'optuna.db'}")
-    best = max(r["metrics"]["stsb/dev_spearman_best"] for _, r in records)
+    best = max(r["metrics"][DEV_SPEARMAN_BEST_LOGGED] for _, r in records)
     assert len(study.trials) == 3 and study.best_value == best  # the value main() returned: the same float
 
 
@@ -130,14 +140,123 @@ def test_submitit_local_launcher_runs_a_two_job_sweep(small_corpus, tmp_path):
     assert (tmp_path / "sub" / ".submitit").is_dir(), "the jobs went through submitit"
 
 
-def fake_sweep(directory: Path, jobs: list[tuple[dict[str, str], int, float | None, str]]) -> None:
+OLD = {new: old for old, new in OLD_NAMES.items()}  # the names records held before today's metric names
+
+
+def job_metrics(dev: float | None, old_names: bool = False) -> dict[str, float]:
+    """A finished job's metrics (best dev logged = rescored, test 5 below), by today's names or the old ones."""
+    if dev is None:
+        return {}
+    metrics = {DEV_SPEARMAN_BEST_RESCORED: dev, DEV_SPEARMAN_BEST_LOGGED: dev, TEST_SPEARMAN: dev - 5, BEST_STEP: 10}
+    return {OLD.get(k, k) if old_names else k: v for k, v in metrics.items()}
+
+
+def fake_sweep(directory: Path, jobs: list[tuple[dict[str, str], int, float | None, str]], old_names=False) -> None:
     for number, (values, seed, dev, status) in enumerate(jobs):
         overrides = [f"{k}={v}" for k, v in values.items()] + [f"seed={seed}"]
-        metrics = (
-            {} if dev is None else {"stsb/best_dev_spearman": dev, "stsb/test_spearman": dev - 5, "stsb/best_step": 10}
-        )
         write_record(directory / str(number), {"status": status, "message": "" if status == "ok" else "boom",
-                     "metrics": metrics, "overrides": overrides, "swept": {}, "seed": seed})  # fmt: skip
+                     "metrics": job_metrics(dev, old_names), "overrides": overrides, "swept": {},
+                     "seed": seed})  # fmt: skip
+
+
+def fake_optuna_sweep(directory: Path, trials: list[tuple[dict[str, str], float | None]], old_names=False) -> None:
+    """An hparams_search=optuna sweep's job folders as its jobs leave them (record, .hydra/ written by the jobs'
+    own writer from the composed config), without training; a trial without a dev score diverged."""
+    cfg = compose_train(["hparams_search=optuna", "loss=mmhe"], directory)
+    if old_names:  # a sweep run before today's metric names
+        cfg.optimized_metric = OLD[DEV_SPEARMAN_BEST_LOGGED]
+    for number, (values, dev) in enumerate(trials):
+        job = directory / f"{number}-20260101-120000"
+        write_record(job, {"status": "ok" if dev is not None else "diverged", "message": "",
+                           "metrics": job_metrics(dev, old_names), "overrides": [f"{k}={v}" for k, v in values.items()],
+                           "swept": values, "seed": 42})  # fmt: skip
+        save_hydra_files(cfg, cfg.hydra, job)
+
+
+OPTUNA_TRIALS = [
+    ({"loss.m": "0.30745401188473626", "loss.tau": "0.01", "loss.r": "1.1560186404424364"}, 42.18318711818508),
+    ({"loss.m": "0.2855994520336203", "loss.tau": "0.03", "loss.r": "1.7080725777960455"}, 44.48145214434177),
+    ({"loss.m": "0.27205844942958024", "loss.tau": "0.05", "loss.r": "1.1818249672071006"}, None),
+    ({"loss.m": "0.3512431718830204", "loss.tau": "0.01", "loss.r": "1.9241323417062313"}, 41.00362555265135),
+]
+OPTUNA_FIGURES = ["optuna_history.png", "optuna_slice.png", "optuna_importances.png"]
+
+
+def test_an_optuna_sweeps_report_reads_at_four_digits_and_draws_optunas_figures(tmp_path):
+    """~2-5 s: the first `import optuna` in a process (sqlalchemy, alembic) is most of it."""
+    fake_optuna_sweep(tmp_path, OPTUNA_TRIALS)
+    out = write_report(tmp_path)
+    table = out["markdown"]
+    assert "| 1 | 0.2856 | 0.03 | 1.708 | 44.48 | 39.48 | 10 | 1 | 42 |" in table, table
+    assert "| 2 | 0.3075 | 0.01 | 1.156 | 42.18 | 37.18 | 10 | 1 | 42 |" in table
+    assert "| 2-20260101-120000 | 0.2721 | 0.05 | 1.182 | 42 | diverged |" in table
+    assert "0.30745401188473626" not in table and "42.183" not in table
+    assert f"- 3 finished trials of 4; objective `{DEV_SPEARMAN_BEST_LOGGED}` (maximize)" in table
+    assert [p.name for p in out["figures"]] == OPTUNA_FIGURES
+    for png in OPTUNA_FIGURES:
+        assert (tmp_path / png).stat().st_size > 10_000, png
+    assert not list(tmp_path.glob("sweep_*.png")), "a study's sampled values get no grid figures"
+    assert (tmp_path / "best_overrides.txt").read_text() == "loss.m=0.2856\nloss.tau=0.03\nloss.r=1.708\n"
+    # from_sweep= retrains the winner as it ran: the exact sampled values, from the records
+    assert winner_overrides(tmp_path) == ["loss.m=0.2855994520336203", "loss.tau=0.03", "loss.r=1.7080725777960455"]
+
+
+def test_a_one_trial_study_says_why_it_has_no_importances(tmp_path):
+    fake_optuna_sweep(tmp_path, OPTUNA_TRIALS[:1] + OPTUNA_TRIALS[2:3])  # one finished, one diverged
+    out = write_report(tmp_path)
+    assert "Parameter importances: not drawn: they need at least 2 finished trials" in out["markdown"]
+    assert "- 1 finished trial of 2;" in out["markdown"] and "this study has 1 finished" in out["markdown"]
+    assert [p.name for p in out["figures"]] == ["optuna_history.png", "optuna_slice.png"]
+
+
+def test_a_grid_sweeps_report_and_heatmap_read_at_four_digits(tmp_path, monkeypatch):
+    fake_sweep(tmp_path, [
+        ({"loss.tau": "0.05", "loss.m": "0.3"}, 1, 83.456789, "ok"),
+        ({"loss.tau": "0.05", "loss.m": "0.4"}, 1, 80.0, "ok"),
+        ({"loss.tau": "0.1", "loss.m": "0.3"}, 1, 79.123456, "ok"),
+        ({"loss.tau": "0.1", "loss.m": "0.4"}, 1, 7.891234, "ok"),
+    ])  # fmt: skip
+    drawn = {}  # each figure's texts, read as it is saved
+    real_savefig = matplotlib.figure.Figure.savefig
+
+    def savefig(figure, path, **kwargs):
+        drawn[Path(path).name] = [t.get_text() for ax in figure.axes for t in [*ax.texts, *ax.get_xticklabels()]]
+        return real_savefig(figure, path, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+    out = write_report(tmp_path)
+    assert "| 1 | 0.05 | 0.3 | 83.46 | 78.46 | 10 | 1 | 1 |" in out["markdown"]
+    assert "| 4 | 0.1 | 0.4 | 7.891 | 2.891 | 10 | 1 | 1 |" in out["markdown"]
+    assert "leads the runner-up by 3.457 points" in out["markdown"]
+    assert drawn["sweep_heatmap.png"][:4] == ["83.46", "80.00", "79.12", "7.891"], "the heatmap's cells"
+    assert {p.name for p in out["figures"]} == {"sweep_loss.tau.png", "sweep_loss.m.png", "sweep_heatmap.png"}
+
+
+def test_four_significant_digits_for_reading():
+    assert [four_digits(x) for x in (83.5, 0.30745401188473626, 3e-5, 1234.5, float("nan"), None)] == [
+        "83.50", "0.3075", "3.000e-05", "1234", "–", "–"
+    ]  # fmt: skip
+    # an Optuna sample is rounded; a value as a person wrote it (or an integer, or a name) is not
+    assert [readable(v) for v in ("0.30745401188473626", "3e-5", "1.00", "123456", "mean", "1e-46")] == [
+        "0.3075", "3e-5", "1.00", "123456", "mean", "1e-46"
+    ]  # fmt: skip
+
+
+def test_records_from_before_todays_metric_names_still_make_the_report_and_the_winner(tmp_path):
+    fake_sweep(tmp_path / "grid", [
+        ({"optimizer.lr": "1e-5"}, 1, 80.0, "ok"),
+        ({"optimizer.lr": "3e-5"}, 1, 84.0, "ok"),
+    ], old_names=True)  # fmt: skip
+    assert "stsb/best_dev_spearman" in json.loads((tmp_path / "grid" / "0" / "metrics.json").read_text())["metrics"]
+    rows, _ = job_rows(tmp_path / "grid")
+    assert [(r["best_dev"], r["test"], r["best_step"]) for r in rows] == [(80.0, 75.0, 10), (84.0, 79.0, 10)]
+    assert "| 1 | 3e-5 | 84.00 | 79.00 | 10 | 1 | 1 |" in write_report(tmp_path / "grid")["markdown"]
+    assert winner_overrides(tmp_path / "grid") == ["optimizer.lr=3e-5"]  # what from_sweep= applies
+    # an old Optuna sweep: old metric keys, and `optimized_metric: stsb/dev_spearman_best` in its config
+    fake_optuna_sweep(tmp_path / "study", OPTUNA_TRIALS[:2], old_names=True)
+    out = write_report(tmp_path / "study")
+    assert f"- 2 finished trials of 2; objective `{DEV_SPEARMAN_BEST_LOGGED}` (maximize)" in out["markdown"]
+    assert [p.name for p in out["figures"]] == OPTUNA_FIGURES
 
 
 def test_report_pools_seeds_into_mean_and_std(tmp_path):

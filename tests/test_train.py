@@ -12,11 +12,19 @@ from pathlib import Path
 import pytest
 import torch
 
+from sentemb.common.metric_names import (
+    BEST_STEP,
+    DEV_SPEARMAN,
+    DEV_SPEARMAN_BEST_LOGGED,
+    DEV_SPEARMAN_BEST_RESCORED,
+    DEV_SPEARMAN_FINAL,
+    FINAL_STEP,
+    TEST_SPEARMAN,
+)
 from sentemb.eval.sts import STSBenchmark
 from sentemb.runs.offline_wandb import config_and_history
 from sentemb.runs.wandb_runs import finish_wandb
 from sentemb.train import train
-from sentemb.training.callbacks import DEV_METRIC
 from sentemb.training.module import SentembModule
 from tests.conftest import compose_train
 
@@ -34,10 +42,10 @@ def test_tiny_training_run_keeps_the_best_checkpoint(tiny_overrides, tmp_path):
     assert best.is_file() and best.parent == tmp_path / "checkpoints"
     assert len(list(best.parent.glob("best-*.ckpt"))) == 1, "save_top_k=1 keeps one best checkpoint"
     assert sorted(p.name for p in best.parent.iterdir()) == sorted([best.name, "last.ckpt"]), "no partial files left"
-    for name in ("stsb/best_dev_spearman", "stsb/test_spearman"):
+    for name in (DEV_SPEARMAN_BEST_RESCORED, TEST_SPEARMAN):
         assert math.isfinite(metrics[name])
     rows = list(csv.DictReader((tmp_path / "csv" / "version_0" / "metrics.csv").open()))
-    dev_steps = [int(r["step"]) for r in rows if r.get(DEV_METRIC)]
+    dev_steps = [int(r["step"]) for r in rows if r.get(DEV_SPEARMAN)]
     assert dev_steps == [2, 4], "evaluated every 2 steps; the last step (4) is not evaluated twice"
     assert any(r.get("train/loss") for r in rows)
 
@@ -80,16 +88,16 @@ def test_final_report_repeats_the_logged_dev_score_exactly(tiny_overrides, tmp_p
     # issue #9: every comparison here is one computation on bit-identical weights, inputs and batches: exact
     cfg = compose_train(tiny_overrides, output_dir=tmp_path)
     metrics = train(cfg)
-    logged = metrics["stsb/dev_spearman_best"]
-    assert metrics["stsb/best_dev_spearman"] == logged
+    logged = metrics[DEV_SPEARMAN_BEST_LOGGED]
+    assert metrics[DEV_SPEARMAN_BEST_RESCORED] == logged
     rows = list(csv.DictReader((tmp_path / "csv" / "version_0" / "metrics.csv").open()))
-    assert max(float(r[DEV_METRIC]) for r in rows if r.get(DEV_METRIC)) == logged
-    assert [float(r["stsb/best_dev_spearman"]) for r in rows if r.get("stsb/best_dev_spearman")] == [logged]
+    assert max(float(r[DEV_SPEARMAN]) for r in rows if r.get(DEV_SPEARMAN)) == logged
+    assert [float(r[DEV_SPEARMAN_BEST_RESCORED]) for r in rows if r.get(DEV_SPEARMAN_BEST_RESCORED)] == [logged]
 
     printed = re.search(
         r"STS-B dev Spearman \(best, step (\d+)\): (\S+)   \[logged during training: (\S+)\]", capsys.readouterr().out
     )
-    assert printed and int(printed[1]) == metrics["stsb/best_step"]
+    assert printed and int(printed[1]) == metrics[BEST_STEP]
     assert printed[2] == printed[3] == f"{logged:.4f}"
 
     reloaded = SentembModule.load_from_checkpoint(metrics["best_checkpoint"], map_location="cpu", weights_only=True)
@@ -116,7 +124,7 @@ def test_final_report_warns_when_the_checkpoint_no_longer_scores_the_logged_dev(
     monkeypatch.setattr(sentemb.training.trainer, "load_checkpoint_encoder", load_on_other_hardware)
     with pytest.warns(UserWarning, match="scores STS-B dev .* now but .* was logged at step"):
         metrics = run(tiny_overrides, tmp_path)
-    assert metrics["stsb/best_dev_spearman"] != metrics["stsb/dev_spearman_best"]
+    assert metrics[DEV_SPEARMAN_BEST_RESCORED] != metrics[DEV_SPEARMAN_BEST_LOGGED]
 
 
 def test_without_a_logger_the_lr_monitor_is_left_out_with_one_log_line(tiny_overrides, tmp_path, caplog):
@@ -126,7 +134,7 @@ def test_without_a_logger_the_lr_monitor_is_left_out_with_one_log_line(tiny_over
         metrics = run(overrides, tmp_path)
     notes = [r.getMessage() for r in caplog.records if r.name == "sentemb.training.trainer"]
     assert len(notes) == 1 and "callbacks.lr_monitor (LearningRateMonitor) is left out" in notes[0]
-    assert Path(metrics["best_checkpoint"]).is_file() and math.isfinite(metrics["stsb/test_spearman"])
+    assert Path(metrics["best_checkpoint"]).is_file() and math.isfinite(metrics[TEST_SPEARMAN])
     assert not (tmp_path / "csv").exists()
 
 
@@ -135,18 +143,18 @@ def test_without_a_checkpoint_callback_the_final_weights_are_scored_and_named_so
     assert not list(tmp_path.rglob("*.ckpt")), "callbacks=none writes no checkpoint (none named like a best one)"
     assert metrics["scored_weights"] == "final" and metrics["best_checkpoint"] is None
     rows = list(csv.DictReader((tmp_path / "csv" / "version_0" / "metrics.csv").open()))
-    logged = {int(r["step"]): float(r[DEV_METRIC]) for r in rows if r.get(DEV_METRIC)}
-    assert sorted(logged) == [2, 4] and metrics["stsb/final_step"] == 4
+    logged = {int(r["step"]): float(r[DEV_SPEARMAN]) for r in rows if r.get(DEV_SPEARMAN)}
+    assert sorted(logged) == [2, 4] and metrics[FINAL_STEP] == 4
     # the final weights are the ones evaluated at the last step: the same computation, the same float
-    assert metrics["stsb/final_dev_spearman"] == logged[4]
-    assert metrics["stsb/dev_spearman_best"] == max(logged.values())
-    assert "stsb/best_dev_spearman" not in metrics, "no best weights were scored"
-    assert [float(r["stsb/final_dev_spearman"]) for r in rows if r.get("stsb/final_dev_spearman")] == [logged[4]]
+    assert metrics[DEV_SPEARMAN_FINAL] == logged[4]
+    assert metrics[DEV_SPEARMAN_BEST_LOGGED] == max(logged.values())
+    assert DEV_SPEARMAN_BEST_RESCORED not in metrics, "no best weights were scored"
+    assert [float(r[DEV_SPEARMAN_FINAL]) for r in rows if r.get(DEV_SPEARMAN_FINAL)] == [logged[4]]
     out = capsys.readouterr().out
     assert f"STS-B dev Spearman (final weights, step 4): {logged[4]:.4f}" in out
     best_step = max(logged, key=logged.get)
     assert f"[best logged during training: {logged[best_step]:.4f} at step {best_step}]" in out
-    assert f"STS-B test Spearman (final weights):    {metrics['stsb/test_spearman']:.4f}" in out
+    assert f"STS-B test Spearman (final weights):    {metrics[TEST_SPEARMAN]:.4f}" in out
     assert "the final weights were scored, not the best" in out
 
 
@@ -161,15 +169,15 @@ def test_evaluation_at_the_last_batch_of_the_epoch(small_corpus, tmp_path):
     ]
     metrics = run(overrides, tmp_path)
     rows = list(csv.DictReader((tmp_path / "csv" / "version_0" / "metrics.csv").open()))
-    assert [int(r["step"]) for r in rows if r.get(DEV_METRIC)] == [3, 5]
-    assert metrics["stsb/best_step"] in (3, 5)
+    assert [int(r["step"]) for r in rows if r.get(DEV_SPEARMAN)] == [3, 5]
+    assert metrics[BEST_STEP] in (3, 5)
 
 
 def test_training_is_deterministic_on_cpu(tiny_overrides, tmp_path):
     first = run(tiny_overrides, tmp_path / "a")
     second = run(tiny_overrides, tmp_path / "b")
     # exact: the same job twice in one process (same seed, data order, threads, kernels)
-    assert first["stsb/test_spearman"] == second["stsb/test_spearman"]
+    assert first[TEST_SPEARMAN] == second[TEST_SPEARMAN]
     a = torch.load(first["best_checkpoint"], weights_only=True)["state_dict"]
     b = torch.load(second["best_checkpoint"], weights_only=True)["state_dict"]
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -182,16 +190,16 @@ def test_wandb_offline_run_has_metrics_and_config(tiny_overrides, tmp_path, monk
     metrics = run(overrides, tmp_path)
     logs = list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(logs) == 1, "one offline W&B run per job"
-    config, history = wait_for_flush(logs[0], "stsb/test_spearman")
+    config, history = wait_for_flush(logs[0], TEST_SPEARMAN)
     for group in ("model", "pooling", "loss", "data", "trainer", "optimizer", "eval", "paths", "seed"):
         assert group in config, f"the W&B config lacks '{group}'"
     assert config["loss"]["tau"] == 0.05 and config["data"]["corpus"].endswith("corpus.txt")
-    dev_rows = [row for row in history if DEV_METRIC in row]
+    dev_rows = [row for row in history if DEV_SPEARMAN in row]
     assert [row["trainer/global_step"] for row in dev_rows] == [2, 4]
     # exact: the same floats, carried through W&B's log
-    assert max(row[DEV_METRIC] for row in dev_rows) == metrics["stsb/dev_spearman_best"]
-    finals = [row for row in history if "stsb/test_spearman" in row]
-    assert finals and finals[-1]["stsb/test_spearman"] == metrics["stsb/test_spearman"]
+    assert max(row[DEV_SPEARMAN] for row in dev_rows) == metrics[DEV_SPEARMAN_BEST_LOGGED]
+    finals = [row for row in history if TEST_SPEARMAN in row]
+    assert finals and finals[-1][TEST_SPEARMAN] == metrics[TEST_SPEARMAN]
     assert any("train/loss" in row for row in history)
 
 
@@ -234,7 +242,7 @@ def test_bf16_mixed_precision_run_is_finite(tiny_overrides, tmp_path):
     metrics = run([*tiny_overrides, "trainer.precision=bf16-mixed"], tmp_path)
     rows = list(csv.DictReader((tmp_path / "csv" / "version_0" / "metrics.csv").open()))
     assert all(math.isfinite(float(r["train/loss"])) for r in rows if r.get("train/loss"))
-    assert math.isfinite(metrics["stsb/test_spearman"])
+    assert math.isfinite(metrics[TEST_SPEARMAN])
 
 
 @pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])

@@ -15,7 +15,7 @@ class TrainingDiverged(RuntimeError):
 
 class Preempted(RuntimeError):
     """A preemption signal (SIGTERM, SIGUSR1, SIGUSR2) arrived: `checkpoints/last.ckpt` holds this step, the job is
-    recorded as `preempted` and restarting it in the same run directory resumes it (sentemb.runs.restart)."""
+    recorded as `preempted` and restarting it in the same run directory resumes it (sentemb.runs.rerun_policy)."""
 
     def __init__(self, signum: int, step: int, checkpoint: str) -> None:
         import signal

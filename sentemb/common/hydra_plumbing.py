@@ -21,12 +21,12 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 # name in conf/ (${name:...}) → the function that computes it
 RESOLVERS = {
     "packaged_model": "sentemb.encoders.backbones.packaged_model_path",
-    "wandb_mode": "sentemb.runs.wandb_runs.wandb_mode",
+    "wandb_mode": "sentemb.common.wandb_mode.wandb_mode",
     "wandb_run_name": "sentemb.runs.wandb_runs.wandb_run_name",
     "wandb_run_group": "sentemb.runs.wandb_runs.wandb_run_group",
     "sqlite_storage": "sentemb.runs.sweeps.sqlite_storage",
-    "checkpoint_dir": "sentemb.training.resume.checkpoint_dir",
-    "run_dir_name": "sentemb.runs.restart.run_dir_name",
+    "checkpoint_dir": "sentemb.training.exact_resume.checkpoint_dir",
+    "run_dir_name": "sentemb.runs.rerun_policy.run_dir_name",
     "fastest_precision": "sentemb.training.precision.fastest_precision",
 }
 

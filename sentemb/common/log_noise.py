@@ -1,7 +1,7 @@
 """The library log lines and warnings a sentemb run does not need, silenced in this one place, each with its reason.
 
 Everything else a library prints is left alone: a line that is not listed here may matter. The
-commands call `silence_known_noise()` when they start.
+commands install these filters when they start (sentemb.common.process.configure_process).
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ WARNINGS = {
     r".*does not have many workers.*": "the train set is tokenised up front: worker processes would not speed up "
     "building batches of tokenised rows",
     r"Checkpoint directory .* exists and is not empty.*": "a resumed run writes into its own checkpoint folder (its "
-    "W&B run id lives there) on purpose; a fresh start sets an old run's checkpoints aside first (runs/restart.py)",
+    "W&B run id lives there) on purpose; a fresh start sets an old run's checkpoints aside first (rerun_policy.py)",
+    r".*'set_vital' is deprecated.*": "torchdata's StatefulDataLoader (the train set's loader) calls a torch API "
+    "that torch now marks deprecated: nothing a user can change",
     r".*isinstance\(treespec, LeafSpec\)` is deprecated.*": "Lightning 2.6 calls torch's pytree API in a form torch "
     "2.13 deprecates: nothing a user can change",
 }

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import warnings
 from dataclasses import asdict
 from pathlib import Path
 
@@ -26,8 +25,6 @@ from sentemb.common.errors import SentembConfigError
 from sentemb.data.streaming import ShuffledLineStream, StreamPosition
 
 log = logging.getLogger(__name__)
-# torchdata's StatefulDataLoader calls a torch API that torch now marks deprecated; nothing for us to act on
-warnings.filterwarnings("ignore", message=r".*'set_vital' is deprecated.*")
 
 
 def check_batching(batch_size: int | None, max_length: int | None) -> None:

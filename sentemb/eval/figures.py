@@ -4,12 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only; no display needed
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from scipy.stats import gaussian_kde  # noqa: E402
+import matplotlib.pyplot as plt  # the commands choose the file-only backend (sentemb.common.process)
+import numpy as np
+from scipy.stats import gaussian_kde
 
 BUCKETS = ((0, 1), (1, 2), (2, 3), (3, 4), (4, 5))
 

@@ -18,6 +18,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.hydra_plumbing import resolved_container, target_name
 from sentemb.common.paths import resolve_data_root
+from sentemb.common.wandb_mode import wandb_mode
 from sentemb.encoders.build import build_encoder, check_checkpoint_parts, encoder_from_checkpoint
 from sentemb.encoders.checkpoint import model_label, read_checkpoint
 from sentemb.encoders.encoder import SentenceEncoder
@@ -27,7 +28,6 @@ from sentemb.eval.geometry import alignment_uniformity
 from sentemb.eval.report import markdown_report
 from sentemb.eval.sts import STS_TASKS, load_sts_task, pairwise_cosine, score_sts_task, table_score
 from sentemb.eval.transfer import TRANSFER_TASKS, check_mode, load_transfer_task, run_transfer_task, transfer_sentences
-from sentemb.runs.wandb_runs import wandb_mode
 
 TASK_GROUPS = {"sts": list(STS_TASKS), "transfer": list(TRANSFER_TASKS), "all": [*STS_TASKS, *TRANSFER_TASKS]}
 

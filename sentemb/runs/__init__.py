@@ -1,1 +1,2 @@
-"""What runs leave behind: run records, W&B naming and offline logs, sweep reports and their winner."""
+"""Training jobs and what they leave behind: a job's lifecycle (rerun policy, run files, record, exit status),
+W&B naming and offline logs, sweep reports and their winner."""

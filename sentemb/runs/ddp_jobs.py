@@ -118,7 +118,7 @@ def launch_ranks(cfg: DictConfig, hydra_cfg: DictConfig, checkpoint: Path | None
         run_id=f"sentemb-{uuid.uuid4().hex[:8]}",
         rdzv_backend="c10d",
         rdzv_endpoint=f"127.0.0.1:{free_port()}",
-        max_restarts=0,  # a failed job is recorded; restarting is the sweep re-run's decision (sentemb.runs.restart)
+        max_restarts=0,  # a failed job is recorded; a re-run decides what next (sentemb.runs.rerun_policy)
         monitor_interval=0.2,
     )
     log.info("job %s: launching %d processes in %s", hydra_cfg.job.num, processes, output_dir)

@@ -7,7 +7,7 @@
 `running` is written when a job starts, so a job killed outright (node failure, SIGKILL) says so;
 `preempted`: a preemption signal wrote `checkpoints/last.ckpt` and stopped it; `interrupted`: a
 `failed` job that an interrupt (Ctrl-C, SystemExit) stopped. Those three resume on restart
-(sentemb.runs.restart).
+(sentemb.runs.rerun_policy).
 
 `swept` holds the job's overrides of the keys its sweep varies (see `swept_keys`), the part that
 names the job; `overrides` all of its command-line overrides.
@@ -61,8 +61,11 @@ def read_record(directory: Path) -> dict[str, Any] | None:
 def read_records(sweep_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
     """Every job's record under a sweep directory, in job order."""
     found = [(p.parent, json.loads(p.read_text())) for p in Path(sweep_dir).rglob(RECORD_NAME)]
-    return sorted(found, key=lambda item: (len(item[0].parts), _number_or_name(item[0].name)))
+    return sorted(found, key=lambda item: (len(item[0].parts), _job_order(item[0].name)))
 
 
-def _number_or_name(name: str) -> tuple[int, str]:
-    return (int(name), "") if name.isdigit() else (10**9, name)
+def _job_order(name: str) -> tuple[str, int, str]:
+    """`7`: job 7; `7-20250101-120000` (hparams_search=optuna's job folders): its invocation's start, then job 7
+    (a resumed study numbers its jobs from 0 again); any other name after those, by name."""
+    number, _, started = name.partition("-")
+    return (started, int(number), "") if number.isdigit() else ("\uffff", 10**9, name)

@@ -5,11 +5,17 @@ Writes into the sweep directory:
 - `sweep.md`: configurations (jobs that differ only in `seed` form one row) sorted by mean best
   STS-B dev, mean ± std over seeds with n; the lead over the runner-up against the seed noise;
   failed and diverged jobs with their messages;
-- `sweep_<param>.png` per swept numeric parameter (the paradigm paper's Figure 6): mean best dev
-  against the parameter, one line per value of the other swept parameter with the most values,
-  error bars = std over the jobs in each point (seeds, and a third parameter if any);
-- `sweep_heatmap.png`: mean best dev over the two swept parameters with the most values;
-- `best_overrides.txt`: the winning configuration's overrides (`from_sweep=<dir>` applies them).
+- a grid sweep's figures: `sweep_<param>.png` per swept numeric parameter (the paradigm paper's
+  Figure 6): mean best dev against the parameter, one line per value of the other swept parameter
+  with the most values, error bars = std over the jobs in each point (seeds, and a third parameter
+  if any); `sweep_heatmap.png`: mean best dev over the two swept parameters with the most values;
+- an Optuna study's figures instead (hparams_search=optuna, sentemb.runs.optuna_study):
+  `optuna_history.png`, `optuna_importances.png`, `optuna_slice.png`;
+- `best_overrides.txt`: the winning configuration's overrides, for reading.
+
+Numbers people read (`sweep.md`, the figures, `best_overrides.txt`) have 4 significant digits, an
+Optuna sample included (0.3075, not 0.30745401188473626); `sweep.csv` and `from_sweep=<dir>`, which
+reads the records again, keep the exact values, so the winner is retrained as it ran.
 
 It also runs by itself at the end of every multirun (`SweepReportCallback`, a Hydra callback in
 conf/train.yaml) and logs its table and figures to W&B, in the sweep's group.
@@ -20,6 +26,7 @@ from __future__ import annotations
 import math
 import statistics
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +35,12 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.metric_names import BEST_STEP, DEV_SPEARMAN_BEST_RESCORED, TEST_SPEARMAN, read_metric
+from sentemb.common.wandb_mode import wandb_mode
 from sentemb.runs.jobs import current_hydra, job_overrides, override_key
+from sentemb.runs.optuna_study import optuna_report
 from sentemb.runs.record import RECORD_NAME, STATUSES, read_records
-from sentemb.runs.sweep_figures import figures
-from sentemb.runs.wandb_runs import wandb_mode
-
-DEV, TEST, STEP = "stsb/best_dev_spearman", "stsb/test_spearman", "stsb/best_step"
+from sentemb.runs.sweep_figures import four_digits, grid_figures, readable
 
 
 def job_rows(sweep_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
@@ -59,9 +66,9 @@ def job_rows(sweep_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
                 **{p: overrides.get(p, "") for p in params},
                 "seed": record.get("seed"),
                 "status": record["status"],
-                "best_dev": metrics.get(DEV),
-                "best_step": metrics.get(STEP),
-                "test": metrics.get(TEST),
+                "best_dev": read_metric(metrics, DEV_SPEARMAN_BEST_RESCORED),  # an old record's old names too
+                "best_step": read_metric(metrics, BEST_STEP),
+                "test": read_metric(metrics, TEST_SPEARMAN),
                 "wall_time_s": record.get("wall_time_s"),
                 "wandb_name": (record.get("wandb") or {}).get("name", ""),
                 "message": record.get("message", ""),
@@ -104,10 +111,23 @@ def pooled_seed_std(configs: list[dict[str, Any]]) -> tuple[float, int]:
 
 
 def _pm(mean: float, std: float) -> str:
-    return "–" if math.isnan(mean) else f"{mean:.2f}" if math.isnan(std) else f"{mean:.2f} ± {std:.2f}"
+    """`mean ± std`, the mean to 4 significant digits and the std to as many decimals (83.50 ± 0.71)."""
+    text = four_digits(mean)
+    if math.isnan(mean) or math.isnan(std):
+        return text
+    decimals = len(text.partition(".")[2]) if "e" not in text else None
+    return f"{text} ± {four_digits(std) if decimals is None else f'{std:.{decimals}f}'}"
 
 
-def markdown(sweep_dir: Path, rows: list[dict[str, Any]], params: list[str], configs: list[dict[str, Any]]) -> str:
+def markdown(
+    sweep_dir: Path,
+    rows: list[dict[str, Any]],
+    params: list[str],
+    configs: list[dict[str, Any]],
+    notes: Sequence[str] = (),
+) -> str:
+    """sweep.md: the table of configurations, the lead over the runner-up, the jobs that did not finish, `notes`
+    (the Optuna study's)."""
     counts = {s: sum(r["status"] == s for r in rows) for s in STATUSES}
     unfinished = "".join(f", {counts[s]} {s}" for s in ("preempted", "running") if counts[s])  # resume: rerun it
     lines = [
@@ -121,7 +141,7 @@ def markdown(sweep_dir: Path, rows: list[dict[str, Any]], params: list[str], con
         "|---|" + "---|" * len(params) + "---|---|---|---|---|",
     ]
     for rank, c in enumerate(configs, start=1):
-        cells = [c[p] for p in params]
+        cells = [readable(c[p]) for p in params]
         lines.append(
             f"| {rank} | " + " | ".join(cells) + f" | {_pm(c['dev_mean'], c['dev_std'])} | "
             f"{_pm(c['test_mean'], c['test_std'])} | {c['step_mean']:.0f} | {c['n']} | "
@@ -135,14 +155,14 @@ def markdown(sweep_dir: Path, rows: list[dict[str, Any]], params: list[str], con
         if dof:
             verdict = "larger" if lead > 2 * noise * math.sqrt(2 / configs[0]["n"]) else "not larger"
             lines.append(
-                f"The best configuration leads the runner-up by {lead:.2f} points; the pooled seed std is "
-                f"{noise:.2f} ({dof} degrees of freedom), so the lead is {verdict} than two standard errors "
+                f"The best configuration leads the runner-up by {four_digits(lead)} points; the pooled seed std is "
+                f"{four_digits(noise)} ({dof} degrees of freedom), so the lead is {verdict} than two standard errors "
                 "of a difference of means."
             )
         else:
             lines.append(
-                f"The best configuration leads the runner-up by {lead:.2f} points. One seed per configuration: "
-                "no seed noise is measured (add `seed=1,2,3` to the sweep to measure it)."
+                f"The best configuration leads the runner-up by {four_digits(lead)} points. "
+                "One seed per configuration: no seed noise is measured (add `seed=1,2,3` to the sweep to measure it)."
             )
     bad = [r for r in rows if r["status"] != "ok"]
     if bad:
@@ -156,8 +176,12 @@ def markdown(sweep_dir: Path, rows: list[dict[str, Any]], params: list[str], con
         for r in bad:
             message = str(r["message"]).replace("|", "\\|").replace("\n", " ")[:300]
             lines.append(
-                f"| {r['job']} | " + " | ".join(r[p] for p in params) + f" | {r['seed']} | {r['status']} | {message} |"
+                f"| {r['job']} | "
+                + " | ".join(readable(r[p]) for p in params)
+                + f" | {r['seed']} | {r['status']} | {message} |"
             )
+    if notes:
+        lines += ["", "## Optuna study", "", *(f"- {note}" for note in notes)]
     return "\n".join(lines) + "\n"
 
 
@@ -176,11 +200,13 @@ def write_report(sweep_dir: Path) -> dict[str, Any]:
     rows, params = job_rows(sweep_dir)
     configs = configurations(rows, params)
     write_csv(sweep_dir / "sweep.csv", rows)
-    report = markdown(sweep_dir, rows, params, configs)
+    optuna = optuna_report(sweep_dir)  # None: not an Optuna study, so a grid's figures
+    pngs, notes = optuna if optuna is not None else (grid_figures(sweep_dir, rows, params), [])
+    report = markdown(sweep_dir, rows, params, configs, notes)
     (sweep_dir / "sweep.md").write_text(report, encoding="utf-8")
     if configs:
-        (sweep_dir / "best_overrides.txt").write_text("\n".join(as_overrides(configs[0], params)) + "\n")
-    pngs = figures(sweep_dir, rows, params)
+        readable_winner = {**configs[0], **{p: readable(configs[0][p]) for p in params}}
+        (sweep_dir / "best_overrides.txt").write_text("\n".join(as_overrides(readable_winner, params)) + "\n")
     return {"rows": rows, "params": params, "configurations": configs, "markdown": report, "figures": pngs}
 
 

@@ -1,4 +1,7 @@
-"""Weights & Biases: online or offline, a job's run name and group, and finishing a job's run."""
+"""Weights & Biases for training jobs: the online server's check, a job's run name and group, finishing its run.
+
+Whether W&B logs online at all is decided in sentemb.common.wandb_mode.
+"""
 
 from __future__ import annotations
 
@@ -13,23 +16,8 @@ from urllib.parse import urlparse
 from urllib.request import getproxies, proxy_bypass
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.wandb_mode import wandb_mode
 from sentemb.runs.jobs import current_hydra, is_multirun, job_overrides, short_name, swept_keys
-
-
-def wandb_offline() -> bool:
-    """Offline unless the user configured W&B online (WANDB_MODE=online, or an API key in the environment)."""
-    mode = os.environ.get("WANDB_MODE", "").lower()
-    if mode in ("online", "run"):
-        return False
-    if mode in ("offline", "dryrun", "disabled"):
-        return True
-    return not os.environ.get("WANDB_API_KEY")
-
-
-def wandb_mode() -> str:
-    """wandb.init's mode, passed explicitly: wandb reads the environment only when its process singleton starts."""
-    return "offline" if wandb_offline() else "online"
-
 
 WANDB_SERVER = "https://api.wandb.ai"  # wandb's default; WANDB_BASE_URL names a self-hosted one
 

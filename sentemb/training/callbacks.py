@@ -1,7 +1,7 @@
 """STS-B dev evaluation during training: every `every_n_steps`, and on the last batch.
 
-It puts `stsb/dev_spearman` into the trainer's callback metrics, where ModelCheckpoint
-(monitor=stsb/dev_spearman, mode=max, checked every step) keeps the best checkpoint, as
+It puts `stsb/dev/spearman` into the trainer's callback metrics, where ModelCheckpoint
+(monitor=stsb/dev/spearman, mode=max, checked every step) keeps the best checkpoint, as
 SimCSE does (evaluate every 125 steps, keep the best). Everything runs in
 `on_train_batch_end`, before ModelCheckpoint's hook (Lightning calls checkpoint callbacks last).
 """
@@ -16,12 +16,11 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.metric_names import DEV_PEARSON, DEV_SPEARMAN, DEV_SPEARMAN_BEST_LOGGED, DEV_SPEARMAN_INITIAL
 from sentemb.encoders.encoder import SentenceEncoder
 from sentemb.eval.sts import STSBenchmark
 
 log = logging.getLogger(__name__)
-
-DEV_METRIC = "stsb/dev_spearman"
 
 
 def check_every_n_steps(every_n_steps: int) -> None:
@@ -56,7 +55,7 @@ class STSBDevEvaluation(Callback):
             # the pre-training score, for the record; not a checkpoint candidate
             initial = self.dev_spearman(pl_module.encoder)["spearman"]
             for logger in trainer.loggers:
-                logger.log_metrics({"stsb/dev_spearman_initial": initial}, step=0)
+                logger.log_metrics({DEV_SPEARMAN_INITIAL: initial}, step=0)
             log.info("before training: STS-B dev Spearman %.2f", initial)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
@@ -68,9 +67,9 @@ class STSBDevEvaluation(Callback):
         scores = self.dev_spearman(pl_module.encoder)
         self.history.append((step, scores["spearman"]))
         metrics = {
-            DEV_METRIC: scores["spearman"],
-            "stsb/dev_pearson": scores["pearson"],
-            "stsb/dev_spearman_best": self.best[1],
+            DEV_SPEARMAN: scores["spearman"],
+            DEV_PEARSON: scores["pearson"],
+            DEV_SPEARMAN_BEST_LOGGED: self.best[1],
         }
         # float64: ModelCheckpoint compares these tensors, and float32 would tie scores that `best` tells apart
         trainer.callback_metrics.update(

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from sentemb.common.config_fields import check_fields
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.hydra_plumbing import instantiate_checked, resolved_container
+from sentemb.common.metric_names import check_metric_name
 from sentemb.common.paths import resolve_data_root
 from sentemb.data.corpus import CorpusReport, check_corpus
 from sentemb.data.datamodule import check_batching
@@ -21,8 +22,8 @@ from sentemb.data.streaming import check_streaming
 from sentemb.encoders.backbones import check_model
 from sentemb.encoders.build import build_part
 from sentemb.training.callbacks import check_every_n_steps
+from sentemb.training.exact_resume import check_checkpoint_path
 from sentemb.training.grad_cache import check_grad_cache
-from sentemb.training.resume import check_checkpoint_path
 from sentemb.training.trainer import check_devices
 
 TOY_SIZE = 8  # poolings and heads are built at this width to run their constructors' checks in milliseconds
@@ -62,3 +63,5 @@ def check_parts(cfg: DictConfig) -> None:
     check_batching(cfg.data.get("batch_size"), cfg.data.get("max_length"))
     check_every_n_steps(cfg.eval.every_n_steps)
     check_streaming(cfg.data, cfg.trainer)
+    if cfg.get("optimized_metric"):  # a typo would otherwise surface only when the job ends
+        check_metric_name(cfg.optimized_metric)

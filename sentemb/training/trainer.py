@@ -15,9 +15,19 @@ from lightning.pytorch.callbacks import Checkpoint, DeviceStatsMonitor, Learning
 from omegaconf import DictConfig
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.metric_names import (
+    BEST_STEP,
+    DEV_SPEARMAN,
+    DEV_SPEARMAN_BEST_LOGGED,
+    DEV_SPEARMAN_BEST_RESCORED,
+    DEV_SPEARMAN_FINAL,
+    FINAL_STEP,
+    TEST_PEARSON,
+    TEST_SPEARMAN,
+)
 from sentemb.encoders.build import load_checkpoint_encoder
 from sentemb.eval.sts import STSBenchmark
-from sentemb.training.callbacks import DEV_METRIC, STSBDevEvaluation
+from sentemb.training.callbacks import STSBDevEvaluation
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +131,7 @@ def build_trainer(cfg: DictConfig, extra_callbacks: list[L.Callback] = (), **ove
 def best_checkpoint_callback(trainer: L.Trainer) -> ModelCheckpoint | None:
     """The ModelCheckpoint that keeps the best STS-B dev score (callbacks=default's model_checkpoint), or None."""
     return next(
-        (c for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint) and c.monitor == DEV_METRIC), None
+        (c for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint) and c.monitor == DEV_SPEARMAN), None
     )
 
 
@@ -145,8 +155,8 @@ def report_best(trainer: L.Trainer, dev_eval: STSBDevEvaluation, test_split: STS
         )
     best, _ = load_checkpoint_encoder(best_path, trainer.strategy.root_device)
     best_step, logged_dev = dev_eval.best
-    metrics = _scores(best, dev_eval, test_split, "best", best_step)
-    dev = metrics["stsb/best_dev_spearman"]
+    metrics = _scores(best, dev_eval, test_split, (DEV_SPEARMAN_BEST_RESCORED, BEST_STEP), best_step)
+    dev = metrics[DEV_SPEARMAN_BEST_RESCORED]
     kept_score = checkpoint.best_model_score
     if kept_score is not None and float(kept_score) != logged_dev:
         warnings.warn(
@@ -162,8 +172,8 @@ def report_best(trainer: L.Trainer, dev_eval: STSBDevEvaluation, test_split: STS
         )
     _log_final(trainer, metrics)
     if trainer.is_global_zero:
-        print(final_report(best_step, dev, logged_dev, metrics["stsb/test_spearman"], best_path))
-    return {**metrics, "best_checkpoint": best_path, "stsb/dev_spearman_best": logged_dev, "scored_weights": "best"}
+        print(final_report(best_step, dev, logged_dev, metrics[TEST_SPEARMAN], best_path))
+    return {**metrics, "best_checkpoint": best_path, DEV_SPEARMAN_BEST_LOGGED: logged_dev, "scored_weights": "best"}
 
 
 def report_final(trainer: L.Trainer, dev_eval: STSBDevEvaluation, test_split: STSBenchmark) -> dict[str, Any]:
@@ -171,11 +181,11 @@ def report_final(trainer: L.Trainer, dev_eval: STSBDevEvaluation, test_split: ST
 
     The dev evaluation at the last step ran on these same weights, so the final dev score repeats it to
     the last bit (a warning says otherwise). The best dev score logged during training is reported beside
-    it, since its weights are gone; `stsb/dev_spearman_best` (what sweeps optimise) stays that logged best.
+    it, since its weights are gone; `stsb/dev/spearman_best_logged` (what sweeps optimise) stays that logged best.
     """
     step = trainer.global_step
-    metrics = _scores(trainer.lightning_module.encoder, dev_eval, test_split, "final", step)
-    dev, logged_final = metrics["stsb/final_dev_spearman"], dict(dev_eval.history).get(step)
+    metrics = _scores(trainer.lightning_module.encoder, dev_eval, test_split, (DEV_SPEARMAN_FINAL, FINAL_STEP), step)
+    dev, logged_final = metrics[DEV_SPEARMAN_FINAL], dict(dev_eval.history).get(step)
     if logged_final is not None and dev != logged_final:
         warnings.warn(
             f"the final weights score STS-B dev {dev!r} now but {logged_final!r} was logged at step {step}",
@@ -183,23 +193,20 @@ def report_final(trainer: L.Trainer, dev_eval: STSBDevEvaluation, test_split: ST
         )
     _log_final(trainer, metrics)
     if trainer.is_global_zero:
-        print(final_weights_report(step, dev, dev_eval.best, metrics["stsb/test_spearman"]))
+        print(final_weights_report(step, dev, dev_eval.best, metrics[TEST_SPEARMAN]))
     logged_best = dev_eval.best[1] if dev_eval.best else None
-    return {**metrics, "best_checkpoint": None, "stsb/dev_spearman_best": logged_best, "scored_weights": "final"}
+    return {**metrics, "best_checkpoint": None, DEV_SPEARMAN_BEST_LOGGED: logged_best, "scored_weights": "final"}
 
 
 def _scores(
-    encoder: Any, dev_eval: STSBDevEvaluation, test_split: STSBenchmark, weights: str, step: int
+    encoder: Any, dev_eval: STSBDevEvaluation, test_split: STSBenchmark, names: tuple[str, str], step: int
 ) -> dict[str, float]:
-    """STS-B dev (the callback's own computation) and test of `encoder`, keyed by which weights they are."""
+    """STS-B dev (the callback's own computation) and test of `encoder`; `names`: which weights they are, as the
+    (dev Spearman, step) metric names (best checkpoint or final weights)."""
     dev = dev_eval.dev_spearman(encoder)
     test = test_split.evaluate(encoder, batch_size=dev_eval.batch_size)["test"]
-    return {
-        f"stsb/{weights}_dev_spearman": dev["spearman"],
-        "stsb/test_spearman": test["spearman"],
-        "stsb/test_pearson": test["pearson"],
-        f"stsb/{weights}_step": step,
-    }
+    dev_name, step_name = names
+    return {dev_name: dev["spearman"], TEST_SPEARMAN: test["spearman"], TEST_PEARSON: test["pearson"], step_name: step}
 
 
 def _log_final(trainer: L.Trainer, metrics: dict[str, float]) -> None:
@@ -223,6 +230,6 @@ def final_weights_report(step: int, dev: float, best: tuple[int, float] | None, 
     return (
         f"\nSTS-B dev Spearman (final weights, step {step}): {dev:.4f}   [{logged}]"
         f"\nSTS-B test Spearman (final weights):    {test:.4f}"
-        f"\nno checkpoint kept: no ModelCheckpoint monitors {DEV_METRIC} (callbacks=default keeps the best), "
+        f"\nno checkpoint kept: no ModelCheckpoint monitors {DEV_SPEARMAN} (callbacks=default keeps the best), "
         "so the final weights were scored, not the best\n"
     )

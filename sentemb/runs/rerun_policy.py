@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.runs.record import RECORD_NAME, read_record
-from sentemb.training.resume import LAST
+from sentemb.training.exact_resume import LAST
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ STSBDevEvaluation's dev history). Added here: the global RNG states (dropout's m
 
 A preemption signal (SIGTERM, SIGUSR1, SIGUSR2: what SLURM and submitit send before a kill) is
 noted by its handler and acted on at the end of the step: last.ckpt is written for that step and
-`Preempted` stops the run (sentemb.train records it, requeues, and a restart resumes it).
+`Preempted` stops the run (sentemb.runs.job_outcome records it and requeues; a re-run resumes it).
 """
 
 from __future__ import annotations

@@ -1,0 +1,102 @@
+"""The name of every STS-B number a training job logs (W&B, CSV) and records (`metrics.json`), defined once.
+
+Scheme: `stsb/<split>/<correlation>[_<which>]`. The split is a path segment, so loggers put dev and
+test side by side; the correlation comes first and then which of its numbers it is, so the two
+"best" dev scores say how each was obtained (`_best_logged`: the highest value logged during
+training, what sweeps optimise; `_best_rescored`: the kept best checkpoint, scored again after
+training). The step of the weights scored after training keeps its short name (`stsb/best_step`,
+`stsb/final_step`).
+
+conf/ writes these names as literals (`python -m sentemb.train --cfg job` shows the real name);
+tests/test_metric_names.py checks that every `stsb/...` name in conf/ is one of them.
+
+Records and logs written before this scheme hold the old names (`stsb/best_dev_spearman`,
+`stsb/dev_spearman_best`, ...): `read_metric` finds a value under either, and an old name given as
+`optimized_metric` still works, with a warning naming the new one (`check_metric_name`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from sentemb.common.errors import SentembConfigError
+
+log = logging.getLogger(__name__)
+
+# during training, at every dev evaluation (ModelCheckpoint monitors DEV_SPEARMAN)
+DEV_SPEARMAN = "stsb/dev/spearman"
+DEV_PEARSON = "stsb/dev/pearson"
+# before the first step (eval.at_start)
+DEV_SPEARMAN_INITIAL = "stsb/dev/spearman_initial"
+# the highest DEV_SPEARMAN logged so far: the default optimized_metric
+DEV_SPEARMAN_BEST_LOGGED = "stsb/dev/spearman_best_logged"
+# after training: the best checkpoint scored again (callbacks=default) ...
+DEV_SPEARMAN_BEST_RESCORED = "stsb/dev/spearman_best_rescored"
+BEST_STEP = "stsb/best_step"
+# ... or, with no best checkpoint kept (callbacks=none), the final weights
+DEV_SPEARMAN_FINAL = "stsb/dev/spearman_final"
+FINAL_STEP = "stsb/final_step"
+# after training, of the weights scored (the best checkpoint, or the final weights)
+TEST_SPEARMAN = "stsb/test/spearman"
+TEST_PEARSON = "stsb/test/pearson"
+
+METRIC_NAMES = (
+    DEV_SPEARMAN,
+    DEV_PEARSON,
+    DEV_SPEARMAN_INITIAL,
+    DEV_SPEARMAN_BEST_LOGGED,
+    DEV_SPEARMAN_BEST_RESCORED,
+    BEST_STEP,
+    DEV_SPEARMAN_FINAL,
+    FINAL_STEP,
+    TEST_SPEARMAN,
+    TEST_PEARSON,
+)
+
+# the names records and logs held before this scheme → today's
+OLD_NAMES = {
+    "stsb/dev_spearman": DEV_SPEARMAN,
+    "stsb/dev_pearson": DEV_PEARSON,
+    "stsb/dev_spearman_initial": DEV_SPEARMAN_INITIAL,
+    "stsb/dev_spearman_best": DEV_SPEARMAN_BEST_LOGGED,
+    "stsb/best_dev_spearman": DEV_SPEARMAN_BEST_RESCORED,
+    "stsb/final_dev_spearman": DEV_SPEARMAN_FINAL,
+    "stsb/test_spearman": TEST_SPEARMAN,
+    "stsb/test_pearson": TEST_PEARSON,
+}
+_OLD_OF = {new: old for old, new in OLD_NAMES.items()}
+
+
+def current_name(name: str) -> str | None:
+    """Today's name of a metric named by its current or its old name; None if it is neither."""
+    return name if name in METRIC_NAMES else OLD_NAMES.get(name)
+
+
+def check_metric_name(name: str, key: str = "optimized_metric") -> str:
+    """The metric a config value names (`key=name`), by today's name. An old name is accepted with a warning
+    naming the new one (an old sweep's command must still resume); any other name is refused."""
+    new = current_name(name)
+    if new is None:
+        raise SentembConfigError(
+            f"{key}={name}: no training job records a metric of that name. "
+            f"Fix: one of {', '.join(METRIC_NAMES)} (e.g. {key}={DEV_SPEARMAN_BEST_LOGGED})"
+        )
+    if new != name:
+        log.warning("%s=%s is the old name of %s: pass %s=%s (the old name still works)", key, name, new, key, new)
+    return new
+
+
+def read_metric(metrics: Mapping[str, Any], name: str | None) -> Any:
+    """The value of metric `name` (today's or its old name) in `metrics` (a record's, or a log row), found under
+    either name, since records written before this scheme hold the old ones; None if absent or `name` is empty.
+
+    Raises SentembConfigError for a name that is no metric's (a typo in `optimized_metric`).
+    """
+    if not name:
+        return None
+    new = current_name(name) or check_metric_name(name)  # the check raises for a name that is no metric's
+    if new in metrics:
+        return metrics[new]
+    return metrics.get(_OLD_OF.get(new, new))
