@@ -21,7 +21,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from sentemb.losses.base import LossOutput, Objective, require_positive
+from sentemb.losses.base import LazyStats, LossOutput, Objective, require_positive
 from sentemb.losses.geometry import diagonal_mask, negative_softmax, negatives_logsumexp, paradigm_stats, safe_arccos
 
 
@@ -40,8 +40,10 @@ class ArcCon(Objective):
         positive_logit = torch.cos(theta_pos + self.u) / self.tau
         logits = torch.where(diagonal_mask(s.shape[0], s.device), positive_logit[:, None], s / self.tau)
         loss = F.cross_entropy(logits, torch.arange(s.shape[0], device=s.device))
-        with torch.no_grad():
+
+        def stats() -> dict[str, float]:
             gd = torch.sigmoid(negatives_logsumexp(logits) - positive_logit)
             ratio = torch.sin(theta_pos + self.u) / torch.sin(theta_pos)  # Table 1 R, sin θ > 0 by the clamp
-            stats = paradigm_stats(s, h1, h2, gd=gd, weights=negative_softmax(logits), ratio=ratio)
-        return LossOutput(loss, stats)
+            return paradigm_stats(s, h1, h2, gd=gd, weights=negative_softmax(logits), ratio=ratio)
+
+        return LossOutput(loss, LazyStats(stats, s.device))

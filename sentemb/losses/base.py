@@ -13,8 +13,9 @@ code's own direction handling, so `symmetric` is not used there.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -23,13 +24,46 @@ from torch import nn
 from sentemb.common.errors import SentembConfigError
 
 
+class LazyStats(Mapping[str, Any]):
+    """A loss's telemetry, computed on first read (without gradients, autocast off) and then kept.
+
+    Training reads it only on logging steps (SentembModule.on_train_batch_end), so the other
+    steps pay nothing for it; `compute` holds the step's tensors until then.
+    """
+
+    def __init__(self, compute: Callable[[], Mapping[str, Any]], device: torch.device) -> None:
+        self._compute: Callable[[], Mapping[str, Any]] | None = compute
+        self._device_type = device.type
+        self._values: dict[str, Any] = {}
+
+    def _resolved(self) -> dict[str, Any]:
+        if self._compute is not None:
+            with torch.no_grad(), torch.autocast(device_type=self._device_type, enabled=False):
+                self._values = dict(self._compute())
+            self._compute = None  # frees the captured tensors
+        return self._values
+
+    def __getitem__(self, key: str) -> Any:
+        return self._resolved()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._resolved())
+
+    def __len__(self) -> int:
+        return len(self._resolved())
+
+    def __repr__(self) -> str:
+        return f"LazyStats({self._values if self._compute is None else 'not computed yet'})"
+
+
 @dataclass
 class LossOutput:
-    """The scalar to minimise, the floats worth logging (`stats`), and per-term values of a sum."""
+    """The scalar to minimise, the floats worth logging (`stats`, often a LazyStats), and per-term values of a sum
+    (detached scalars)."""
 
     loss: torch.Tensor
-    stats: dict[str, float] = field(default_factory=dict)
-    terms: dict[str, float] = field(default_factory=dict)
+    stats: Mapping[str, float] = field(default_factory=dict)
+    terms: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def normalize(z: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from sentemb.common.errors import SentembConfigError
-from sentemb.losses.base import LossOutput, Objective, require_finite, require_positive
+from sentemb.losses.base import LazyStats, LossOutput, Objective, require_finite, require_positive
 from sentemb.losses.geometry import diagonal_mask, negative_softmax, paradigm_stats
 
 
@@ -40,9 +40,11 @@ class FocalInfoNCE(Objective):
         diagonal = diagonal_mask(s.shape[0], s.device)
         logits = torch.where(diagonal, s * s, s * (s + self.m)) / self.tau
         loss = F.cross_entropy(logits, torch.arange(s.shape[0], device=s.device))
-        with torch.no_grad():
+
+        def stats() -> dict[str, float]:
             gd = 1.0 - logits.softmax(dim=1).diagonal()
             q = negative_softmax(logits)
             ratio = 2.0 * s.diagonal() / (q * (2.0 * s + self.m)).sum(dim=1)
-            stats = paradigm_stats(s, h1, h2, gd=gd, weights=q, ratio=ratio)
-        return LossOutput(loss, stats)
+            return paradigm_stats(s, h1, h2, gd=gd, weights=q, ratio=ratio)
+
+        return LossOutput(loss, LazyStats(stats, s.device))

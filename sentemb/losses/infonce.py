@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from sentemb.losses.base import LossOutput, Objective, require_positive
+from sentemb.losses.base import LazyStats, LossOutput, Objective, require_positive
 from sentemb.losses.geometry import negative_softmax, negatives_logsumexp, paradigm_stats
 
 
@@ -31,7 +31,9 @@ class InfoNCE(Objective):
         s = h1 @ h2.T
         logits = s / self.tau
         loss = F.cross_entropy(logits, torch.arange(s.shape[0], device=s.device))
-        with torch.no_grad():
+
+        def stats() -> dict[str, float]:
             gd = torch.sigmoid(negatives_logsumexp(logits) - logits.diagonal())  # 1/(1 + e^{s_ii/τ}/Σ_{k≠i})
-            stats = paradigm_stats(s, h1, h2, gd=gd, weights=negative_softmax(logits), ratio=1.0)
-        return LossOutput(loss, stats)
+            return paradigm_stats(s, h1, h2, gd=gd, weights=negative_softmax(logits), ratio=1.0)
+
+        return LossOutput(loss, LazyStats(stats, s.device))

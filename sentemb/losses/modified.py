@@ -2,12 +2,12 @@
 
 Each anchor gets the three components of the effective losses: the margin GD
 d_i = 𝕀{s_ii − max_{k≠i} s_ik < m}, an exponential W dominated by the hardest negative, and a
-static ratio r. Gradients (tangential part, spec objectives.md):
+static ratio r. Gradients (tangential part, docs/objectives.md):
   mmhe     Eq. 14   ∂L/∂h_i = d_i Σ_{j≠i} e^{a_ij/τ}(h_j − r h'_i) / (τ Σ_{k<l} e^{a_kl/τ})      (Eq. 16)
   mmhs     Eq. 15   ∂L/∂h_i = d_i (h_j − r h'_i)/‖h_i − h_j‖, j the nearest same-view neighbour (Eq. 17)
   mbarlow  Eq. 6    ∂L/∂h_i = d_i Σ_{j≠i} w_ij (h_j − r h'_i),  w_ij = e^{h'_i·h'_j/τ}/Σ_{k≠l} e^{h'_k·h'_l/τ}
   mvicreg  Eq. 13   ∂L/∂h_i = d_i Σ_{j≠i} w_ij (h_j − r h'_i),  w_ij = e^{a_ij/τ}/Σ_{k≠l} e^{a_kl/τ}
-Bookkeeping (spec): coefficients the paper marks "no gradient" and every negative h_j are
+Bookkeeping (docs/objectives.md): coefficients the paper marks "no gradient" and every negative h_j are
 detached; d_i multiplies each anchor's own terms (value and gradient), so a batch in which no
 anchor passes the margin gives loss 0 and zero gradients. mMHE's total is L^{u,mMHE} (once, its
 anchors gated by d, its value counted while any anchor is active) + Σ_i d_i L_i^{a,mMHE}; mMHS is
@@ -48,6 +48,7 @@ import torch
 from sentemb.common.errors import SentembConfigError
 from sentemb.losses import reference as public_code
 from sentemb.losses.base import (
+    LazyStats,
     LossOutput,
     Objective,
     parse_ratio,
@@ -144,10 +145,12 @@ class ModifiedMHE(ModifiedObjective):
             coefficient = torch.full_like(d, 1.0 / n) if self.r == "original" else self.r * row_share / (2 * self.tau)
         aligned = (d * coefficient * (h1 - h2).pow(2).sum(dim=1)).sum()
         loss = d.max() * uniformity + aligned
-        with torch.no_grad():
+
+        def stats() -> dict[str, float]:
             ratio = 2 * self.tau * coefficient / row_share
-            stats = paradigm_stats(s, h1, h2, gd=d, weights=negative_softmax(a / self.tau), ratio=ratio)
-        return LossOutput(loss, stats)
+            return paradigm_stats(s, h1, h2, gd=d, weights=negative_softmax(a / self.tau), ratio=ratio)
+
+        return LossOutput(loss, LazyStats(stats, s.device))
 
 
 class ModifiedMHS(ModifiedObjective):
@@ -178,10 +181,12 @@ class ModifiedMHS(ModifiedObjective):
             coefficient = torch.ones_like(d) if self.r == "original" else self.r / (2 * nearest)
         per_anchor = coefficient * (h1 - h2).pow(2).sum(dim=1) - separation
         loss = (d * per_anchor).mean()
-        with torch.no_grad():
+
+        def stats() -> dict[str, float]:
             weights = one_hot_rows(index, n, s.dtype)
-            stats = paradigm_stats(s, h1, h2, gd=d, weights=weights, ratio=2 * coefficient * nearest)
-        return LossOutput(loss, stats)
+            return paradigm_stats(s, h1, h2, gd=d, weights=weights, ratio=2 * coefficient * nearest)
+
+        return LossOutput(loss, LazyStats(stats, s.device))
 
 
 class ModifiedDecorrelation(ModifiedObjective):
@@ -244,10 +249,12 @@ class ModifiedDecorrelation(ModifiedObjective):
         per_anchor = -positive_weight * s.diagonal() + (weights * (h1 @ h1.detach().T)).sum(dim=1)
         gated = d * per_anchor
         loss = gated.sum() if self.w_norm == "global" else gated.mean()
-        with torch.no_grad():
+
+        def stats() -> dict[str, float]:
             ratio = positive_weight / weights.sum(dim=1)
-            stats = paradigm_stats(s, h1, h2, gd=d, weights=weights, ratio=ratio)
-        return LossOutput(loss, stats)
+            return paradigm_stats(s, h1, h2, gd=d, weights=weights, ratio=ratio)
+
+        return LossOutput(loss, LazyStats(stats, s.device))
 
 
 class ModifiedBarlowTwins(ModifiedDecorrelation):

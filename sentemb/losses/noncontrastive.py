@@ -43,7 +43,7 @@ import torch
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.losses import reference as public_code
-from sentemb.losses.base import LossOutput, Objective, require_choice, require_finite, require_positive
+from sentemb.losses.base import LazyStats, LossOutput, Objective, require_choice, require_finite, require_positive
 from sentemb.losses.geometry import (
     diagonal_mask,
     gate_anchors,
@@ -107,11 +107,13 @@ class AlignMHE(AlignUniform):
         # −‖h_k − h_l‖² = 2a_kl − 2 on the sphere
         uniformity = upper_pairs(2.0 * a - 2.0).logsumexp(dim=0) - math.log(n * (n - 1) / 2)
         loss = alignment(x1, h2) + self.nu * uniformity
-        with torch.no_grad():
+
+        def stats() -> dict[str, float]:
             # Table 2: W ∝ e^{2a_ij}, R_i = Σ_{k<l} e^{2a_kl} / (ν N Σ_{k≠i} e^{2a_ik})
             ratio = (upper_pairs(2.0 * a).logsumexp(dim=0) - math.log(self.nu * n) - negatives_logsumexp(2.0 * a)).exp()
-            stats = paradigm_stats(s, h1, h2, gd=d, weights=negative_softmax(2.0 * a), ratio=ratio)
-        return LossOutput(loss, stats)
+            return paradigm_stats(s, h1, h2, gd=d, weights=negative_softmax(2.0 * a), ratio=ratio)
+
+        return LossOutput(loss, LazyStats(stats, s.device))
 
     def reference(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
         loss, parts = public_code.mhe_loss(
@@ -128,10 +130,12 @@ class AlignMHS(AlignUniform):
         distance = unit_distance(x1 @ x1.T)
         nearest, index = distance.masked_fill(diagonal_mask(n, h1.device), math.inf).min(dim=1)
         loss = alignment(x1, h2) + self.nu * (-nearest).mean()
-        with torch.no_grad():
+
+        def stats() -> dict[str, float]:
             weights = one_hot_rows(index, n, s.dtype)
-            stats = paradigm_stats(s, h1, h2, gd=d, weights=weights, ratio=2.0 * nearest / self.nu)
-        return LossOutput(loss, stats)
+            return paradigm_stats(s, h1, h2, gd=d, weights=weights, ratio=2.0 * nearest / self.nu)
+
+        return LossOutput(loss, LazyStats(stats, s.device))
 
     def reference(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
         loss, parts = public_code.mhs_loss(h1, h2, gd=self.gd == "margin", ratio=None, m=self.m, nu=self.nu)
@@ -167,7 +171,7 @@ class BarlowTwins(GatedObjective):
         cross = x1.T @ x2 / n  # C = (1/N) Σ_i h_i h'_iᵀ
         on_diagonal = cross.diagonal()
         loss = (on_diagonal - 1.0).pow(2).sum() + self.nu * (cross.pow(2).sum() - on_diagonal.pow(2).sum())
-        return LossOutput(loss, paradigm_stats(s.detach(), h1.detach(), h2.detach(), gd=d))
+        return LossOutput(loss, LazyStats(lambda: paradigm_stats(s, h1, h2, gd=d), s.device))
 
     def reference(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
         return self.decorrelation_reference(h1, h2, "barlow", self.nu)
@@ -202,7 +206,7 @@ class VICReg(GatedObjective):
             + self.nu1 * (covariance_term(x1) + covariance_term(h2))
             + self.nu2 * (variance_term(x1, self.gamma) + variance_term(h2, self.gamma))
         )
-        return LossOutput(loss, paradigm_stats(s.detach(), h1.detach(), h2.detach(), gd=d))
+        return LossOutput(loss, LazyStats(lambda: paradigm_stats(s, h1, h2, gd=d), s.device))
 
     def reference(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
         return self.decorrelation_reference(h1, h2, "vicreg", self.nu1)

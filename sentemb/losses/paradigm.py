@@ -33,6 +33,7 @@ import torch
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.losses.base import (
+    LazyStats,
     LossOutput,
     Objective,
     parse_ratio,
@@ -125,7 +126,7 @@ class Paradigm(Objective):
         s = h1 @ h2.T
         gd, weights, ratio = self.gradient_dissipation(s), self.weight(s), self.ratio(s)
         per_anchor = gd * (weights * (s - ratio * s.diagonal()[:, None])).sum(dim=1)
-        stats = paradigm_stats(s.detach(), h1.detach(), h2.detach(), gd=gd, weights=weights, ratio=ratio)
+        stats = LazyStats(lambda: paradigm_stats(s, h1, h2, gd=gd, weights=weights, ratio=ratio), s.device)
         return LossOutput(per_anchor.mean(), stats)
 
     def reference(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:

@@ -28,7 +28,7 @@ import math
 
 import torch
 
-from sentemb.losses.base import LossOutput
+from sentemb.losses.base import LazyStats, LossOutput
 from sentemb.losses.geometry import (
     diagonal_mask,
     gate_anchors,
@@ -45,11 +45,13 @@ MHS_EPS = 1e-4  # the code's sqrt(‖h_i − h'_j‖² + 1e-4)
 def with_telemetry(
     loss: torch.Tensor, parts: dict[str, torch.Tensor], h1: torch.Tensor, h2: torch.Tensor
 ) -> LossOutput:
-    """The loss and the paradigm telemetry: GD of the h anchors (d1), W and R where the branch defines them."""
-    with torch.no_grad():
-        s = h1 @ h2.T
-        stats = paradigm_stats(s, h1, h2, gd=parts["d1"], weights=parts.get("weights"), ratio=parts.get("ratio"))
-    return LossOutput(loss, stats)
+    """The loss and the paradigm telemetry (computed when read): GD of the h anchors (d1), W and R where the branch
+    defines them."""
+
+    def stats() -> dict[str, float]:
+        return paradigm_stats(h1 @ h2.T, h1, h2, gd=parts["d1"], weights=parts.get("weights"), ratio=parts.get("ratio"))
+
+    return LossOutput(loss, LazyStats(stats, h1.device))
 
 
 def gated_views(

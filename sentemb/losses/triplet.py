@@ -27,7 +27,7 @@ import math
 
 import torch
 
-from sentemb.losses.base import LossOutput, Objective, require_finite
+from sentemb.losses.base import LazyStats, LossOutput, Objective, require_finite
 from sentemb.losses.geometry import (
     diagonal_mask,
     hardest_negative,
@@ -51,10 +51,12 @@ class MPT(Objective):
         s = h1 @ h2.T
         hardest, index = hardest_negative(s)
         loss = torch.relu(-s.diagonal() + hardest + self.m).mean()
-        with torch.no_grad():
+
+        def stats() -> dict[str, float]:
             gd = margin_indicator(s, self.m)
-            stats = paradigm_stats(s, h1, h2, gd=gd, weights=one_hot_rows(index, s.shape[0], s.dtype), ratio=1.0)
-        return LossOutput(loss, stats)
+            return paradigm_stats(s, h1, h2, gd=gd, weights=one_hot_rows(index, s.shape[0], s.dtype), ratio=1.0)
+
+        return LossOutput(loss, LazyStats(stats, s.device))
 
 
 class DistanceTriplet(Objective):
@@ -76,13 +78,15 @@ class DistanceTriplet(Objective):
         positive = distance.diagonal()
         nearest, index = distance.masked_fill(diagonal_mask(s.shape[0], s.device), math.inf).min(dim=1)
         loss = torch.relu(positive - nearest + self.margin()).mean()
-        with torch.no_grad():
+
+        def stats() -> dict[str, float]:
             gd = (nearest - positive < self.margin()).to(s.dtype)
             # R = (∂d_ii/∂s_ii) / (∂d_ij/∂s_ij) at the hardest negative: MET √((1−s_ij)/(1−s_ii)), MAT sin θ_ij/sin θ_ii
             ratio = self.slope(s.diagonal()) / self.slope(s.gather(1, index[:, None])[:, 0])
             weights = one_hot_rows(index, s.shape[0], s.dtype)
-            stats = paradigm_stats(s, h1, h2, gd=gd, weights=weights, ratio=ratio)
-        return LossOutput(loss, stats)
+            return paradigm_stats(s, h1, h2, gd=gd, weights=weights, ratio=ratio)
+
+        return LossOutput(loss, LazyStats(stats, s.device))
 
 
 class MET(DistanceTriplet):

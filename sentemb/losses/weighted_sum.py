@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from sentemb.common.errors import SentembConfigError
-from sentemb.losses.base import LossOutput, Objective
+from sentemb.losses.base import LazyStats, LossOutput, Objective
 from sentemb.losses.registry import build
 
 
@@ -40,14 +40,18 @@ class WeightedSum(Objective):
             self.objectives[label], self.weights[label] = build_term(label, spec)
 
     def forward(self, z1: torch.Tensor, z2: torch.Tensor) -> LossOutput:
-        total, stats, values = None, {}, {}
+        total, outputs = None, {}
         for label, objective in self.objectives.items():
-            output = objective(z1, z2)
+            outputs[label] = output = objective(z1, z2)
             weighted = self.weights[label] * output.loss
             total = weighted if total is None else total + weighted
-            values[label] = output.loss.detach().item()
-            stats.update({f"{label}/{name}": value for name, value in output.stats.items()})
-        return LossOutput(total, stats, values)
+
+        def stats() -> dict[str, float]:  # each term's own telemetry, computed only when this is read
+            return {f"{label}/{name}": value for label, out in outputs.items() for name, value in out.stats.items()}
+
+        # detached tensors, not floats: no host synchronisation on steps that do not log them
+        values = {label: output.loss.detach() for label, output in outputs.items()}
+        return LossOutput(total, LazyStats(stats, total.device), values)
 
 
 def build_term(label: str, spec: Any) -> tuple[nn.Module, float]:

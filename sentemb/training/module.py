@@ -13,7 +13,7 @@ from typing import Any
 import lightning as L
 import torch
 from hydra.utils import instantiate
-from lightning.pytorch.plugins.precision import MixedPrecision, Precision
+from lightning.pytorch.plugins.precision import MixedPrecision
 from lightning.pytorch.utilities import GradClipAlgorithmType
 from omegaconf import DictConfig
 
@@ -22,9 +22,10 @@ from sentemb.common.hydra_plumbing import resolved_container
 from sentemb.encoders.build import build_encoder
 from sentemb.encoders.pooling import TrainingViews
 from sentemb.losses import LossOutput
+from sentemb.losses.base import LazyStats
 from sentemb.training.distributed import gather_with_grad, world_size
+from sentemb.training.exact_resume import rng_states, set_rng_states
 from sentemb.training.grad_cache import GradCache
-from sentemb.training.resume import rng_states, set_rng_states
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +78,13 @@ class SentembModule(L.LightningModule):
         if self._trainer is not None and "rng_states" in checkpoint:  # resuming a fit, not loading for evaluation
             set_rng_states(checkpoint["rng_states"])
 
-    def step_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    def step_loss(
+        self, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, Mapping[str, torch.Tensor | float]]:
         """(loss to back-propagate, loss to log, logged parts) of one training batch.
+
+        The logged parts (loss terms and the paradigm telemetry, Figures 7–9) are computed when first
+        read: training reads them on logging steps only (`on_train_batch_end`).
 
         Under DDP with gathered negatives every rank computes the global batch's loss but
         back-propagates only into its own slice, and DDP then averages the ranks' gradients: the
@@ -96,22 +102,22 @@ class SentembModule(L.LightningModule):
         output: LossOutput = self.loss(z1, z2)
         total = output.loss if views.global_weight == 1.0 else views.global_weight * output.loss
         backward = total * world if world > 1 else total
-        logged = {}
+        parts = {}
         for label, (weight, value) in views.auxiliary.items():  # e.g. HiCL: α·L_local + (1 − α)·L_global
             total = total + weight * value
             backward = backward + weight * value
-            logged[f"train/loss/{label}"] = value.detach()
+            parts[f"train/loss/{label}"] = value.detach()
         if views.auxiliary:
-            logged["train/loss/global"] = output.loss.detach()
+            parts["train/loss/global"] = output.loss.detach()
         if not torch.isfinite(total.detach()):  # fp16 overflow, a tiny τ: stop here, not with NaN weights later
             raise TrainingDiverged(
                 f"training diverged at step {self.global_step}: train/loss = {total.item()} "
                 f"({type(self.loss).__name__}). Fix: a larger loss.tau, a smaller optimizer.lr, or "
                 "trainer.precision=32-true / bf16-mixed instead of 16-mixed"
             )
-        # each term of a weighted sum, and the paradigm's telemetry (Figures 7–9), every step
-        logged.update({f"train/loss/{label}": value for label, value in output.terms.items()})
-        logged.update({f"paradigm/{name}": value for name, value in output.stats.items()})
+        # each term of a weighted sum, and the paradigm's telemetry
+        parts.update({f"train/loss/{label}": value for label, value in output.terms.items()})
+        logged = LazyStats(lambda: {**parts, **{f"paradigm/{k}": v for k, v in output.stats.items()}}, total.device)
         return backward, total, logged
 
     def training_views(self, batch: dict[str, torch.Tensor]) -> TrainingViews:
@@ -128,31 +134,25 @@ class SentembModule(L.LightningModule):
         if self.grad_cache is not None and self.grad_cache.pending is not None:
             self.grad_cache.replay_backward(self.encoder, distributed=world_size() > 1)
 
-    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        n = batch["input_ids"].shape[0]
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, Any]:
         backward, total, logged = self.step_loss(batch)
-        self.log("train/loss", total, prog_bar=True, batch_size=n)
-        if logged:
-            self.log_dict(logged, batch_size=n)
-        return backward
+        # logged after the step (on_train_batch_end), once Lightning has decided whether this step is logged
+        return {"loss": backward, "total": total.detach(), "logged": logged}
 
-    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """A non-finite gradient stops training with the step and parameter named, before it reaches the weights.
+    def on_train_batch_end(self, outputs: Mapping[str, Any], batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        """train/loss, its parts and the paradigm telemetry, on the steps Lightning writes to the loggers only.
 
-        Under 16-mixed the gradients arrive unscaled here, and inf/NaN is the GradScaler's overflow
-        signal (it skips the step and lowers the scale), so it is left to the scaler; a non-finite
-        loss still stops such a run (`step_loss`).
+        Those are every trainer.log_every_n_steps steps (1: every step, the per-step curves of
+        Figures 7–9) and the step a stop was requested at. This hook runs after the callbacks' (a
+        preemption's stop is known by then) and before Lightning writes; on other steps Lightning
+        would discard the values, so the telemetry is not even computed.
         """
-        if self.trainer.precision == "16-mixed":
+        if not logging_step(self.trainer):
             return
-        named = [(name, p.grad) for name, p in self.named_parameters() if p.grad is not None]
-        if not named or torch.isfinite(torch.nn.utils.get_total_norm([g for _, g in named])):
-            return
-        name = next(name for name, grad in named if not torch.isfinite(grad).all())
-        raise TrainingDiverged(
-            f"training diverged at step {self.global_step}: the gradient of {name} is not finite "
-            f"(train/loss was finite). Fix: a smaller optimizer.lr, a larger loss.tau, or trainer.precision=32-true"
-        )
+        n = batch["input_ids"].shape[0]
+        self.log("train/loss", outputs["total"], prog_bar=True, batch_size=n)
+        if outputs["logged"]:
+            self.log_dict(dict(outputs["logged"]), batch_size=n)
 
     def configure_gradient_clipping(
         self,
@@ -160,14 +160,36 @@ class SentembModule(L.LightningModule):
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: str | None = None,
     ) -> None:
-        """Lightning's clipping, except under bf16-mixed, whose AMP plugin refuses any fused optimizer although
-        without a GradScaler the gradients it would clip are not scaled: there the plain clipping runs."""
+        """A non-finite gradient stops training with the step and parameter named, before it reaches the weights;
+        then the gradients are clipped. One gradient norm serves both (each pass costs ~1% of a MiniLM CPU step).
+
+        Lightning calls this after the on_before_optimizer_step hooks, with the gradients unscaled.
+        Under 16-mixed inf/NaN is the GradScaler's overflow signal (it skips the step and lowers the
+        scale), so it is left to the scaler and Lightning clips; a non-finite loss still stops such a
+        run (`step_loss`). Under bf16-mixed Lightning's AMP plugin would refuse any fused optimizer,
+        although without a GradScaler the gradients are not scaled: the clipping here runs there too.
+        """
         plugin = self.trainer.precision_plugin
-        if gradient_clip_val and isinstance(plugin, MixedPrecision) and plugin.scaler is None:
-            algorithm = GradClipAlgorithmType(gradient_clip_algorithm or "norm")
-            Precision.clip_gradients(plugin, optimizer, gradient_clip_val, algorithm)
+        if isinstance(plugin, MixedPrecision) and plugin.scaler is not None:
+            super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
             return
-        super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        parameters = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        norm = torch.nn.utils.get_total_norm([p.grad for p in parameters])
+        if not torch.isfinite(norm):
+            self.raise_non_finite_gradient()
+        if not gradient_clip_val:
+            return
+        if GradClipAlgorithmType(gradient_clip_algorithm or "norm") == GradClipAlgorithmType.VALUE:
+            torch.nn.utils.clip_grad_value_(parameters, gradient_clip_val)
+        else:  # what torch.nn.utils.clip_grad_norm_ does, with the norm already computed
+            torch.nn.utils.clip_grads_with_norm_(parameters, gradient_clip_val, norm)
+
+    def raise_non_finite_gradient(self) -> None:
+        name = next(n for n, p in self.named_parameters() if p.grad is not None and not torch.isfinite(p.grad).all())
+        raise TrainingDiverged(
+            f"training diverged at step {self.global_step}: the gradient of {name} is not finite "
+            f"(train/loss was finite). Fix: a smaller optimizer.lr, a larger loss.tau, or trainer.precision=32-true"
+        )
 
     def configure_optimizers(self) -> dict[str, Any]:
         trainable = [p for p in self.parameters() if p.requires_grad]  # model.trainable_layers freezes the rest
@@ -184,3 +206,9 @@ class SentembModule(L.LightningModule):
             optimizer, num_training_steps=int(self.trainer.estimated_stepping_batches)
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def logging_step(trainer: L.Trainer) -> bool:
+    """Whether Lightning writes this training step's metrics to the loggers (its own test, which Lightning's
+    LearningRateMonitor and DeviceStatsMonitor read too): every trainer.log_every_n_steps steps, and at a stop."""
+    return trainer._logger_connector.should_update_logs or bool(trainer.fast_dev_run)
