@@ -69,9 +69,10 @@ def run_one(name: str, run_dir: Path, extra: list[str], choice: list[str] | None
     """Train `name` (or the config `choice`, default its label's) in a fresh process; scores + last-step telemetry."""
     if run_dir.exists():
         shutil.rmtree(run_dir)
+    # log_every_n_steps=1: the telemetry of every step, for its means over the last steps
     command = [
         sys.executable, "-m", "sentemb.train", *(choice or choice_of(name)), "logger=csv",
-        "task_name=loss_study", f"hydra.run.dir={run_dir}", *extra,
+        "task_name=loss_study", "trainer.log_every_n_steps=1", f"hydra.run.dir={run_dir}", *extra,
     ]  # fmt: skip
     started = time.perf_counter()
     completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)

@@ -45,9 +45,11 @@ def record(run_dir: Path) -> dict:
 
 @pytest.fixture
 def job(small_corpus) -> list[str]:
-    # 6 steps, mid-epoch, dropout on, dev every 2 steps: SIGTERM after step 3 falls between two dev evaluations
+    # 6 steps, mid-epoch, dropout on, dev every 2 steps: SIGTERM after step 3 falls between two dev evaluations;
+    # every step logged, since every step's loss is compared
     return ["model=tiny", "logger=[csv,wandb]", f"data.corpus={small_corpus}", "data.batch_size=16",
-            "trainer.max_steps=6", "eval.every_n_steps=2", "eval.at_start=false"]  # fmt: skip
+            "trainer.max_steps=6", "eval.every_n_steps=2", "eval.at_start=false",
+            "trainer.log_every_n_steps=1"]  # fmt: skip
 
 
 def wandb_logs(run_dir: Path) -> list[Path]:

@@ -33,7 +33,7 @@ def ddp_job(small_corpus: Path, run_dir: Path, *extra: str) -> subprocess.Comple
         sys.executable, "-m", "sentemb.train", "model=tiny", "trainer=ddp", "trainer.accelerator=cpu",
         "trainer.devices=2", "trainer.precision=32-true", "trainer.max_steps=3", "logger=csv",
         f"data.corpus={small_corpus}", "data.batch_size=8", "eval.every_n_steps=3", "eval.at_start=false",
-        f"hydra.run.dir={run_dir}", *extra,
+        "trainer.log_every_n_steps=1", f"hydra.run.dir={run_dir}", *extra,  # every step's loss is compared
     ]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -2,7 +2,7 @@
 
     from sentemb.losses import build
     loss = build("mmhe", m=0.3, tau=0.05, r=1.75)
-    out = loss(z1, z2)            # out.loss (scalar), out.stats (dict of floats)
+    out = loss(z1, z2)            # out.loss (scalar), out.stats (floats by name, computed when read)
 
 The YAML files are the one source of each loss's defaults, for the CLI and for `build` alike.
 """
