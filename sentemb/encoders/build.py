@@ -16,10 +16,17 @@ from typing import Any
 import torch
 
 from sentemb.common.errors import SentembConfigError
-from sentemb.encoders import backbones, hicl, sarcse
+from sentemb.encoders import backbones, decoder_pooling, decoders, hicl, sarcse
 from sentemb.encoders import pooling as poolings
+from sentemb.encoders.adapters import base_fingerprint, base_model, check_adapter, is_adapted, merged, with_adapter
 from sentemb.encoders.backbones import check_backbone_options, freeze_all_but_top_layers
-from sentemb.encoders.checkpoint import check_checkpoint_serves, current_targets, read_checkpoint
+from sentemb.encoders.checkpoint import (
+    check_checkpoint_serves,
+    current_targets,
+    model_identity,
+    read_checkpoint,
+)
+from sentemb.encoders.decoders import check_attention_direction, check_decoder_options
 from sentemb.encoders.encoder import SentenceEncoder
 
 # the only things a config may build: config key → its `_target_`s, each a (module, name) of sentemb's own,
@@ -27,13 +34,28 @@ from sentemb.encoders.encoder import SentenceEncoder
 PARTS: dict[str, dict[str, tuple[ModuleType, str]]] = {
     key: {f"{module.__name__}.{name}": (module, name) for module, name in parts}
     for key, parts in {
-        "model.backbone": [(backbones, "pretrained_backbone"), (backbones, "tiny_bert"), (backbones, "tiny_roberta")],
-        "model.tokenizer": [(backbones, "pretrained_tokenizer"), (backbones, "tiny_roberta_tokenizer")],
+        "model.backbone": [
+            (backbones, "pretrained_backbone"),
+            (backbones, "tiny_bert"),
+            (backbones, "tiny_roberta"),
+            (decoders, "pretrained_decoder"),
+            (decoders, "tiny_decoder"),
+        ],
+        "model.tokenizer": [
+            (backbones, "pretrained_tokenizer"),
+            (backbones, "tiny_roberta_tokenizer"),
+            (decoders, "pretrained_decoder_tokenizer"),
+            (decoders, "tiny_decoder_tokenizer"),
+        ],
         "pooling": [
             (poolings, "CLSPooling"),
             (poolings, "MeanPooling"),
             (poolings, "PromptPooling"),
             (hicl, "HiCLPooling"),
+            (decoder_pooling, "LastTokenPooling"),
+            (decoder_pooling, "WeightedMeanPooling"),
+            (decoder_pooling, "LatentAttentionPooling"),
+            (decoder_pooling, "PromptEOLPooling"),
         ],
         "head": [(sarcse, "SARCSEHead")],
     }.items()
@@ -92,42 +114,161 @@ def build_part(key: str, node: Any, **extra: Any) -> Any:
         raise SentembConfigError(f"{key}: {err}. Fix: remove the option or correct its name") from None
 
 
-def check_encoder_parts(model: dict, pooling: dict, head: dict | None = None) -> None:
-    """Every part of an encoder config is one of sentemb's own with plain options (`checked_part`); nothing is built."""
+# loaders of decoder LLMs (model.bidirectional, attention dropout) and the poolings that read an encoder's layout
+DECODER_LOADERS = ("sentemb.encoders.decoders.pretrained_decoder", "sentemb.encoders.decoders.tiny_decoder")
+ENCODER_ONLY_POOLINGS = {
+    "sentemb.encoders.pooling.CLSPooling": "the first token of a decoder has seen nothing of the sentence",
+    "sentemb.encoders.pooling.PromptPooling": "decoders have no [MASK] token (pooling=prompt_eol is their prompt)",
+    "sentemb.encoders.hicl.HiCLPooling": "its segments are pooled at [CLS] or [MASK]",
+}
+DECODER_POOLINGS = "pooling=last_token, weighted_mean, mean, latent or prompt_eol"
+
+
+def is_decoder_config(model: dict) -> bool:
+    """A `model=` config whose backbone is a decoder LLM (conf/model/ presets with `bidirectional`)."""
+    return current_targets(model.get("backbone") or {}).get("_target_") in DECODER_LOADERS
+
+
+def check_pooling_fits(model: dict, pooling: dict) -> None:
+    """A decoder's pooling is one that reads a decoder's token states (no [CLS], no [MASK]); refused naming why."""
+    if not is_decoder_config(model):
+        return
+    reason = ENCODER_ONLY_POOLINGS.get(current_targets(pooling).get("_target_"))
+    if reason:
+        name = current_targets(pooling)["_target_"].rsplit(".", 1)[-1]
+        raise SentembConfigError(f"{name} with a decoder LLM (model.bidirectional): {reason}. Fix: {DECODER_POOLINGS}")
+
+
+def head_class(head: dict | None) -> Any:
+    """The class a head config names (checked), or None."""
+    if not head:
+        return None
+    target, _ = checked_part("head", head)
+    module, name = PARTS["head"][target]
+    return getattr(module, name)
+
+
+def attach_head(pooler: Any, head: Any) -> Any:
+    """A head around the pooling (MNTP keeps the pooling's vector) or in its place (SARCSE; the pooling may refuse)."""
+    return head.around(pooler) if getattr(head, "wraps_pooling", False) else pooler.with_head(head)
+
+
+def check_encoder_parts(model: dict, pooling: dict, head: dict | None = None, adapter: dict | None = None) -> None:
+    """Every part of an encoder config is one of sentemb's own with plain options (`checked_part`), the pooling fits
+    the backbone, the adapter's options are valid; nothing is built."""
     for key, node in (("model.backbone", model.get("backbone")), ("model.tokenizer", model.get("tokenizer"))):
         checked_part(key, node)
     checked_part("pooling", pooling)
     if head:
         checked_part("head", head)
+    check_pooling_fits(model, pooling)
+    check_adapter(adapter)
+    if is_decoder_config(model):
+        check_decoder_options(model)
 
 
 def check_checkpoint_parts(hparams: dict, asked: dict, path: str | Path, key: str, fix: str) -> None:
     """A checkpoint's saved parts are sentemb's own (`check_encoder_parts`) and those the command asks for
     (`check_checkpoint_serves`): what train's ckpt_path and evaluate/export's checkpoint= both check."""
-    check_encoder_parts(hparams["model"], hparams["pooling"], hparams.get("head"))
+    check_encoder_parts(hparams["model"], hparams["pooling"], hparams.get("head"), hparams.get("adapter"))
     check_checkpoint_serves(hparams, asked, Path(path), key, fix)
 
 
-def build_encoder(model: dict, pooling: dict, head: dict | None = None) -> SentenceEncoder:
-    """Backbone + tokenizer from `model`, pooling from `pooling` (sized to the backbone), optional `head`.
+def backbone_options(model: dict, needs_lm_head: bool) -> dict[str, Any]:
+    """What the backbone loader is called with besides its own options: dropout (SimCSE's augmentation) as each family
+    names it, a decoder's attention direction and, for the MNTP head, the causal-LM model with its lm_head."""
+    dropout = model.get("dropout")
+    if is_decoder_config(model):
+        options: dict[str, Any] = {"bidirectional": model["bidirectional"], "dropout": dropout}
+        return options | ({"with_lm_head": True} if needs_lm_head else {})
+    if needs_lm_head:
+        raise SentembConfigError("head=mntp predicts next tokens: it needs a decoder LLM. Fix: e.g. model=tiny-llama")
+    # BERT/RoBERTa: model.dropout sets the hidden and attention dropout
+    return {} if dropout is None else {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
+
+
+def build_encoder(model: dict, pooling: dict, head: dict | None = None, adapter: dict | None = None) -> SentenceEncoder:
+    """Backbone + tokenizer from `model`, pooling from `pooling` (sized to the backbone), optional `head` and LoRA
+    `adapter` (peft).
 
     A head that makes the sentence vector itself (SARCSE) takes the pooling's place, or with HiCL
-    the place of the per-segment pooling; the pooling refuses a head it cannot take.
+    the place of the per-segment pooling; the pooling refuses a head it cannot take. MNTP's head
+    keeps the pooling and reads the decoder's lm_head.
     """
-    check_encoder_parts(model, pooling, head)  # all before any is built: a bad pooling costs no backbone load
-    dropout, layers = model.get("dropout"), model.get("trainable_layers")
-    check_backbone_options(dropout, layers)
-    # dropout is SimCSE's augmentation: model.dropout sets the hidden and attention dropout of any BERT/RoBERTa
-    overrides = {} if dropout is None else {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
-    backbone = build_part("model.backbone", model["backbone"], **overrides)
+    check_encoder_parts(model, pooling, head, adapter)  # all before any is built: a bad pooling costs no backbone load
+    layers = model.get("trainable_layers")
+    check_backbone_options(model.get("dropout"), layers)
+    needs_lm_head = bool(getattr(head_class(head), "needs_lm_head", False))
+    backbone = build_part("model.backbone", model["backbone"], **backbone_options(model, needs_lm_head))
+    lm_head = None
+    if needs_lm_head:  # the causal-LM model: its decoder is the backbone, its lm_head MNTP's output layer
+        lm_head, backbone = backbone.get_output_embeddings(), backbone.get_decoder()
+    if is_decoder_config(model):
+        check_attention_direction(backbone, model["bidirectional"])
+    if model.get("init_from"):
+        load_initial_weights(backbone, model)
     if layers is not None:
         freeze_all_but_top_layers(backbone, layers)
+    if model.get("gradient_checkpointing"):  # transformers' own; torch's checkpoint replays the dropout masks
+        backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if adapter:
+        backbone = with_adapter(backbone, adapter)
+        if lm_head is not None:  # with an adapter only the adapter, pooling and head train, not the output layer
+            lm_head.requires_grad_(False)
     tokenizer = build_part("model.tokenizer", model["tokenizer"])
-    size = backbone.config.hidden_size
+    if model.get("padding_side"):
+        tokenizer.padding_side = model["padding_side"]
+    size = base_model(backbone).config.hidden_size
     pooler = build_part("pooling", pooling, hidden_size=size)
     if head:
-        pooler = pooler.with_head(build_part("head", head, hidden_size=size, special_ids=tokenizer.all_special_ids))
+        extra = {"lm_head": lm_head} if needs_lm_head else {}
+        part = build_part("head", head, hidden_size=size, special_ids=tokenizer.all_special_ids, **extra)
+        pooler = attach_head(pooler, part)
     return SentenceEncoder(backbone, tokenizer, pooler, padding_free=model.get("padding_free", True))
+
+
+def load_initial_weights(backbone: Any, model: dict) -> None:
+    """model.init_from=<ckpt>: the backbone weights a previous stage trained (LLM2Vec's SimCSE stage after MNTP), its
+    adapter merged into them; the checkpoint's base model must be this one."""
+    path = model["init_from"]
+    checkpoint = read_checkpoint(path, key="model.init_from")
+    hparams = checkpoint["hyper_parameters"]
+    saved, asked = model_identity(hparams["model"]), model_identity(model)
+    if saved != asked:
+        raise SentembConfigError(
+            f"model.init_from={path} was trained on another base model ({saved['name']}, not {asked['name']}). "
+            "Fix: the same model= as the stage that wrote it"
+        )
+    check_base_fingerprint(checkpoint, backbone, f"model.init_from={path}")
+    prefix = "encoder.backbone."
+    weights = {k.removeprefix(prefix): v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)}
+    stage = with_adapter(backbone, hparams["adapter"]) if hparams.get("adapter") else backbone
+    check_loaded(stage.load_state_dict(weights, strict=False), stage, f"model.init_from={path}")
+    if hparams.get("adapter"):
+        merged(stage)  # in place: the adapter's update is now part of `backbone`'s weights
+
+
+def check_base_fingerprint(checkpoint: dict, backbone: Any, named: str) -> None:
+    """An adapter checkpoint's base fingerprint equals the freshly built base's (else its weights would be another's)."""
+    saved = checkpoint.get("base_model", {}).get("config_sha256")
+    if saved is not None and saved != base_fingerprint(backbone):
+        raise SentembConfigError(
+            f"{named}: its adapter was trained on a base model whose config differs from "
+            f"{checkpoint['base_model'].get('name')} as loaded now (config fingerprint {saved[:12]} vs "
+            f"{base_fingerprint(backbone)[:12]}). Fix: load the base model the run was trained on"
+        )
+
+
+def check_loaded(result: Any, module: Any, named: str) -> None:
+    """A non-strict load left out only frozen base weights (an adapter checkpoint's) and loaded nothing unknown."""
+    frozen = {name for name, p in module.named_parameters() if not p.requires_grad}
+    frozen |= {name for name, _ in module.named_buffers()}
+    missing = [k for k in result.missing_keys if k not in frozen]
+    if missing or result.unexpected_keys:
+        raise SentembConfigError(
+            f"{named}: its weights do not fit this encoder (missing {missing[:3]}, unexpected "
+            f"{list(result.unexpected_keys)[:3]}). Fix: use it with the model, pooling, head and adapter it was trained with"
+        )
 
 
 def load_checkpoint_encoder(path: str | Path, device: torch.device | str = "cpu") -> tuple[SentenceEncoder, dict]:
@@ -140,10 +281,15 @@ def load_checkpoint_encoder(path: str | Path, device: torch.device | str = "cpu"
 def encoder_from_checkpoint(
     checkpoint: dict[str, Any], device: torch.device | str = "cpu"
 ) -> tuple[SentenceEncoder, dict]:
-    """The encoder of a checkpoint already read by `read_checkpoint`, and its hyper-parameters."""
+    """The encoder of a checkpoint already read by `read_checkpoint`, and its hyper-parameters. An adapter checkpoint
+    holds the trained weights only: the base is rebuilt from its name and its config fingerprint checked."""
     hparams = checkpoint["hyper_parameters"]
-    encoder = build_encoder(hparams["model"], hparams["pooling"], hparams.get("head"))
+    encoder = build_encoder(hparams["model"], hparams["pooling"], hparams.get("head"), hparams.get("adapter"))
     prefix = "encoder."
     weights = {k.removeprefix(prefix): v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)}
-    encoder.load_state_dict(weights)
+    if is_adapted(encoder.backbone):
+        check_base_fingerprint(checkpoint, encoder.backbone, "checkpoint")
+        check_loaded(encoder.load_state_dict(weights, strict=False), encoder, "checkpoint")
+    else:
+        encoder.load_state_dict(weights)
     return encoder.to(device), hparams

@@ -14,7 +14,8 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from sentemb.encoders.padding_free import enable_padding_free, padding_free_states, worth_packing
+from sentemb.encoders.decoders import is_decoder
+from sentemb.encoders.padding_free import enable_padding_free, padding_free_states, position_ids, worth_packing
 from sentemb.encoders.pooling import Pooling, TrainingViews
 
 BACKBONE_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -36,6 +37,8 @@ class SentenceEncoder(nn.Module):
         self.pooling = pooling
         self.tokenizer = tokenizer
         self.padding_free = padding_free and enable_padding_free(backbone)
+        # rotary positions count from each sentence's first real token, so left padding moves nothing
+        self.explicit_positions = is_decoder(backbone)
 
     @property
     def hidden_size(self) -> int:
@@ -50,6 +53,8 @@ class SentenceEncoder(nn.Module):
         inputs = {k: v for k, v in prepared.items() if k in BACKBONE_INPUTS}
         if self.padding_free and worth_packing(inputs["attention_mask"]):
             return padding_free_states(self.backbone, inputs)
+        if self.explicit_positions:
+            inputs["position_ids"] = position_ids(inputs["attention_mask"], self.backbone).clamp(min=0)
         return self.backbone(**inputs).last_hidden_state
 
     def training_batch(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

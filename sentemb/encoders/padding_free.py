@@ -31,8 +31,8 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 log = logging.getLogger(__name__)
 
 ATTENTION = "sentemb_padding_free"
-# the position-id conventions this module writes: BERT counts from 0, RoBERTa from pad_token_id + 1
-SUPPORTED_MODEL_TYPES = ("bert", "roberta")
+# the position-id conventions this module writes: BERT and the decoders count from 0, RoBERTa from pad_token_id + 1
+SUPPORTED_MODEL_TYPES = ("bert", "roberta", "llama", "mistral", "qwen2", "qwen3", "gemma")
 # attention implementations whose padded computation `packed_attention` reproduces (eager and SDPA are the same maths)
 REPLACEABLE_ATTENTION = ("sdpa", "eager", ATTENTION)
 # a batch at least this dense stays padded: packing's re-layout then costs more than the padding it saves
@@ -59,6 +59,14 @@ class PackedRows:
         # a row without tokens would give softmax over nothing (NaN); let it attend to its own padding instead
         keep = keep | ~keep.any(dim=1, keepdim=True)
         return cls(attention_mask.bool().flatten().nonzero().squeeze(1), keep)
+
+    def causal_mask(self) -> torch.Tensor:
+        """(B, 1, L, L): real keys at or before each query; a query before its row's first real token (left padding)
+        keeps itself, so no softmax row is empty (its output is dropped)."""
+        length = self.key_mask.shape[1]
+        ones = torch.ones(length, length, dtype=torch.bool, device=self.key_mask.device)
+        eye = torch.eye(length, dtype=torch.bool, device=self.key_mask.device)
+        return (self.key_mask[:, None, None, :] & ones.tril()) | eye
 
     def pack(self, padded: torch.Tensor) -> torch.Tensor:
         """(B, L) → (1, T): the real tokens, sentence after sentence."""
@@ -87,22 +95,31 @@ def packed_attention(
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
     rows, length = packed_rows.key_mask.shape
     heads, dim = query.shape[1], query.shape[3]
+    # a causal decoder: each token attends to its sentence's earlier tokens only
+    allowed = packed_rows.causal_mask() if causal_attention(module) else packed_rows.key_mask[:, None, None, :]
 
-    def per_sentence(x: torch.Tensor) -> torch.Tensor:  # (1, heads, T, d) → (B, heads, L, d)
-        flat = x.new_zeros(heads, rows * length, dim).index_copy(1, packed_rows.token_index, x[0])
-        return flat.view(heads, rows, length, dim).transpose(0, 1)
+    def per_sentence(x: torch.Tensor) -> torch.Tensor:  # (1, h, T, d) → (B, h, L, d); h: query or key/value heads
+        flat = x.new_zeros(x.shape[1], rows * length, dim).index_copy(1, packed_rows.token_index, x[0])
+        return flat.view(x.shape[1], rows, length, dim).transpose(0, 1)
 
     out = F.scaled_dot_product_attention(
         per_sentence(query),
         per_sentence(key),
         per_sentence(value),
-        attn_mask=packed_rows.key_mask[:, None, None, :],
+        attn_mask=allowed,
         dropout_p=dropout,
         scale=scaling,
+        enable_gqa=key.shape[1] != heads,  # grouped-query attention (decoders): fewer key/value heads than query heads
     )
     # (B, heads, L, d) → the real tokens' rows (1, T, heads, d), the layout transformers' attention functions return
     out = out.transpose(1, 2).reshape(rows * length, heads, dim).index_select(0, packed_rows.token_index)
     return out.unsqueeze(0), None
+
+
+def causal_attention(module: torch.nn.Module) -> bool:
+    """Whether an attention layer is causal: decoders' layers say so, and their config's `is_causal` can switch it off
+    (model.bidirectional)."""
+    return bool(getattr(module, "is_causal", False)) and getattr(getattr(module, "config", None), "is_causal", True)
 
 
 AttentionInterface.register(ATTENTION, packed_attention)

@@ -20,7 +20,9 @@ from sentemb.data.corpus import CorpusReport, check_corpus
 from sentemb.data.datamodule import check_batching
 from sentemb.data.streaming import check_streaming
 from sentemb.encoders.backbones import check_model
-from sentemb.encoders.build import build_part
+from sentemb.encoders.adapters import check_adapter
+from sentemb.encoders.build import attach_head, build_part, check_pooling_fits, is_decoder_config
+from sentemb.encoders.decoders import check_decoder_options
 from sentemb.training.callbacks import check_every_n_steps
 from sentemb.training.exact_resume import check_checkpoint_path
 from sentemb.training.grad_cache import check_grad_cache
@@ -48,17 +50,18 @@ def check_parts(cfg: DictConfig) -> None:
     if not cfg.get("loss"):
         raise SentembConfigError("loss: no objective configured. Fix: pick one, e.g. loss=infonce")
     choices = OmegaConf.select(cfg, "hydra.runtime.choices") or {}
-    for group in (
-        "loss",
-        "pooling",
-        "head",
-    ):  # a stray field (a sweep's loss.m on InfoNCE) named before Hydra's TypeError
+    for group in ("loss", "pooling", "head", "adapter"):  # a stray field (a sweep's loss.m on InfoNCE) named before Hydra's TypeError
         if cfg.get(group):
             check_fields(cfg[group], group, choices.get(group))
     instantiate_checked(cfg.loss)  # each objective validates its own hyper-parameters (e.g. τ > 0)
     pooling = build_part("pooling", resolved_container(cfg.pooling), hidden_size=TOY_SIZE)  # template, MLP options
     if cfg.get("head"):  # the head's own options, then whether the pooling accepts it
-        pooling.with_head(build_part("head", resolved_container(cfg.head), hidden_size=TOY_SIZE, special_ids=[]))
+        attach_head(pooling, build_part("head", resolved_container(cfg.head), hidden_size=TOY_SIZE, special_ids=[]))
+    model = resolved_container(cfg.model)
+    check_pooling_fits(model, resolved_container(cfg.pooling))  # a decoder with [CLS] or [MASK] pooling
+    if is_decoder_config(model):
+        check_decoder_options(model)
+    check_adapter(resolved_container(cfg.get("adapter")))
     check_grad_cache(cfg.get("grad_cache"), cfg.data.batch_size)
     check_batching(cfg.data.get("batch_size"), cfg.data.get("max_length"))
     check_every_n_steps(cfg.eval.every_n_steps)

