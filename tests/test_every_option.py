@@ -52,6 +52,12 @@ IDS = [f"{group}={option}" for group, option in CASES]
 MACHINE_GROUPS = {"local"}
 # options that cannot run without a value only the user can give; without it the checks must name the key
 NEEDS_A_VALUE = {("loss", "sum"): ("loss.terms", "loss.terms={infonce: {weight: 1.0}, mmhe: {weight: 0.5}}")}
+# options that run only beside another choice: a decoder LLM with a decoder's pooling (the default cls is refused
+# on decoders), MNTP with a decoder (it predicts next tokens)
+DECODER_MODELS = [o for o in OPTIONS["model"] if "bidirectional" in (CONF_DIR / "model" / f"{o}.yaml").read_text()]
+COMPANIONS = {("model", option): ["pooling=mean"] for option in DECODER_MODELS} | {
+    ("head", "mntp"): ["model=tiny-llama", "pooling=mean"]
+}
 ONE_STEP = ["trainer.max_steps=1", "eval.every_n_steps=1", "eval.at_start=false", "data.batch_size=8"]
 
 
@@ -62,7 +68,7 @@ def option_overrides(group: str, option: str, corpus: Path) -> list[str]:
     overrides += [] if group == "data" else [f"data.corpus={corpus}"]
     if (group, option) in NEEDS_A_VALUE:
         overrides.append(NEEDS_A_VALUE[group, option][1])
-    return overrides
+    return overrides + COMPANIONS.get((group, option), [])
 
 
 def hub_models(cfg: DictConfig) -> list[str]:
@@ -71,9 +77,19 @@ def hub_models(cfg: DictConfig) -> list[str]:
     return sorted({str(s) for s in sources if s is not None and not Path(str(s)).expanduser().is_dir()})
 
 
-def tiny_stand_in(cfg: DictConfig) -> str:
-    """The in-process random model of the same family (RoBERTa's tokenizer and embeddings differ from BERT's)."""
-    return "model=tiny-roberta" if "roberta" in str(cfg.model.get("name_or_path", "")).lower() else "model=tiny"
+def tiny_stand_in(cfg: DictConfig) -> list[str]:
+    """The in-process random model of the same family (RoBERTa's tokenizer and embeddings differ from BERT's; a decoder
+    LLM's stand-in is tiny-llama, without the hub loader's options)."""
+    if "bidirectional" in cfg.model:
+        return [
+            "model=tiny-llama",
+            *(
+                f"~model.backbone.{k}"
+                for k in ("torch_dtype", "attn_implementation", "name_or_path")
+                if k in cfg.model.backbone
+            ),
+        ]
+    return ["model=tiny-roberta" if "roberta" in str(cfg.model.get("name_or_path", "")).lower() else "model=tiny"]
 
 
 def gpus_needed(cfg: DictConfig) -> int:
@@ -135,12 +151,17 @@ def readme_pattern(listed: str) -> re.Pattern:
     return re.compile(regex)
 
 
+def is_a_key_or_command(name: str) -> bool:
+    """`pooling.mlp=...`, `model.name_or_path`, `make data`: not an option name (`qwen3-0.6b` is one)."""
+    return bool(re.search(r"[=\s]", name) or re.fullmatch(r"[a-z_]+(\.[a-z_]+)+", name))
+
+
 @pytest.mark.parametrize("group", GROUPS)
 def test_the_readme_table_lists_exactly_the_options_of_each_group(group):
     row = re.search(rf"^\| `{group}` \| (.*?)(?<!\\) \|", README, re.M)
     assert row, f"README.md's table of groups has no row for `{group}`"
     # option names, not the keys (`pooling.mlp=...`) or commands (`make data`) beside them
-    listed = [name for name in re.findall(r"`([^`]+)`", row[1]) if not re.search(r"[=.\s]", name)]
+    listed = [name for name in re.findall(r"`([^`]+)`", row[1]) if not is_a_key_or_command(name)]
     patterns = [readme_pattern(name) for name in listed]
     machine_own = group in MACHINE_GROUPS  # a machine's own files are not the README's to list
     unlisted = [o for o in OPTIONS[group] if not machine_own and not any(p.fullmatch(o) for p in patterns)]
@@ -256,9 +277,9 @@ def run_overrides(group: str, option: str, corpus: Path, stsb: Path, tmp_path: P
         values = check_sweep(compose_train([*overrides, "model=tiny"], tmp_path))
         overrides += [f"{key}={choices[0]}" for key, choices in values.items()]
     cfg = compose_train(overrides, tmp_path)
-    if group != "model":
-        overrides.append(tiny_stand_in(cfg))
-    if cfg.get("head"):  # SARCSE's token-frequency cache, kept out of the home directory
+    if group != "model" and "model=tiny-llama" not in overrides:
+        overrides += tiny_stand_in(cfg)
+    if cfg.get("head") and "cache_dir" in cfg.head:  # SARCSE's token-frequency cache, kept out of the home directory
         overrides.append(f"head.cache_dir={tmp_path / 'cache'}")
     # a sweep's job keeps its swept batch size
     return [*(o for o in ONE_STEP if group != "hparams_search" or not o.startswith("data.batch_size")), *overrides]

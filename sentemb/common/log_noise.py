@@ -21,6 +21,8 @@ WARNINGS = {
     "that torch now marks deprecated: nothing a user can change",
     r".*isinstance\(treespec, LeafSpec\)` is deprecated.*": "Lightning 2.6 calls torch's pytree API in a form torch "
     "2.13 deprecates: nothing a user can change",
+    r".*`is_gradient_checkpointing` is deprecated.*": "peft 0.21 reads transformers' old property name when it wraps "
+    "or saves a model (adapter=lora): nothing a user can change",
 }
 
 # Lightning's info lines (the start of the message) → why they are dropped

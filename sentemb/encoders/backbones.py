@@ -155,11 +155,12 @@ def freeze_all_but_top_layers(backbone: PreTrainedModel, trainable_layers: int) 
     num_layers = k: only parameters named `layer.{11-i}`, i < k, and `pooler` train; for 12-layer
     models that is the top k layers, the embeddings always frozen). Frozen parameters get no gradient.
     """
-    layers = getattr(getattr(backbone, "encoder", None), "layer", None)
+    # BERT/RoBERTa keep their layers in encoder.layer, decoders (Llama, Qwen, ...) in layers
+    layers = getattr(getattr(backbone, "encoder", None), "layer", None) or getattr(backbone, "layers", None)
     if layers is None:
         raise SentembConfigError(
-            f"model.trainable_layers={trainable_layers}: {type(backbone).__name__} has no encoder.layer list "
-            "(BERT/RoBERTa layout). Fix: model.trainable_layers=null"
+            f"model.trainable_layers={trainable_layers}: {type(backbone).__name__} has no encoder.layer or layers "
+            "list. Fix: model.trainable_layers=null"
         )
     for parameter in backbone.parameters():
         parameter.requires_grad_(False)

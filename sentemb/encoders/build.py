@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from sentemb.common.errors import SentembConfigError
-from sentemb.encoders import backbones, decoder_pooling, decoders, hicl, sarcse
+from sentemb.encoders import backbones, decoder_pooling, decoders, hicl, mntp, sarcse
 from sentemb.encoders import pooling as poolings
 from sentemb.encoders.adapters import base_fingerprint, base_model, check_adapter, is_adapted, merged, with_adapter
 from sentemb.encoders.backbones import check_backbone_options, freeze_all_but_top_layers
@@ -57,7 +57,7 @@ PARTS: dict[str, dict[str, tuple[ModuleType, str]]] = {
             (decoder_pooling, "LatentAttentionPooling"),
             (decoder_pooling, "PromptEOLPooling"),
         ],
-        "head": [(sarcse, "SARCSEHead")],
+        "head": [(sarcse, "SARCSEHead"), (mntp, "MNTPHead")],
     }.items()
 }
 
@@ -116,10 +116,13 @@ def build_part(key: str, node: Any, **extra: Any) -> Any:
 
 # loaders of decoder LLMs (model.bidirectional, attention dropout) and the poolings that read an encoder's layout
 DECODER_LOADERS = ("sentemb.encoders.decoders.pretrained_decoder", "sentemb.encoders.decoders.tiny_decoder")
-ENCODER_ONLY_POOLINGS = {
-    "sentemb.encoders.pooling.CLSPooling": "the first token of a decoder has seen nothing of the sentence",
-    "sentemb.encoders.pooling.PromptPooling": "decoders have no [MASK] token (pooling=prompt_eol is their prompt)",
-    "sentemb.encoders.hicl.HiCLPooling": "its segments are pooled at [CLS] or [MASK]",
+ENCODER_ONLY_POOLINGS = {  # target → (its conf/pooling/ option, why a decoder cannot use it)
+    "sentemb.encoders.pooling.CLSPooling": ("cls", "the first token of a decoder has seen nothing of the sentence"),
+    "sentemb.encoders.pooling.PromptPooling": (
+        "prompt",
+        "decoders have no [MASK] token (pooling=prompt_eol is their prompt)",
+    ),
+    "sentemb.encoders.hicl.HiCLPooling": ("hicl", "its segments are pooled at [CLS] or [MASK]"),
 }
 DECODER_POOLINGS = "pooling=last_token, weighted_mean, mean, latent or prompt_eol"
 
@@ -133,10 +136,18 @@ def check_pooling_fits(model: dict, pooling: dict) -> None:
     """A decoder's pooling is one that reads a decoder's token states (no [CLS], no [MASK]); refused naming why."""
     if not is_decoder_config(model):
         return
-    reason = ENCODER_ONLY_POOLINGS.get(current_targets(pooling).get("_target_"))
-    if reason:
-        name = current_targets(pooling)["_target_"].rsplit(".", 1)[-1]
-        raise SentembConfigError(f"{name} with a decoder LLM (model.bidirectional): {reason}. Fix: {DECODER_POOLINGS}")
+    refused = ENCODER_ONLY_POOLINGS.get(current_targets(pooling).get("_target_"))
+    if refused:
+        option, reason = refused
+        raise SentembConfigError(
+            f"pooling={option} with model={model.get('name_or_path')}, a decoder LLM: {reason}. Fix: {DECODER_POOLINGS}"
+        )
+
+
+def check_head_fits(model: dict, head: dict | None) -> None:
+    """A head that predicts next tokens (MNTP) needs a decoder LLM: refused on an encoder before anything loads."""
+    if getattr(head_class(head), "needs_lm_head", False) and not is_decoder_config(model):
+        raise SentembConfigError("head=mntp predicts next tokens: it needs a decoder LLM. Fix: e.g. model=tiny-llama")
 
 
 def head_class(head: dict | None) -> Any:
@@ -162,6 +173,7 @@ def check_encoder_parts(model: dict, pooling: dict, head: dict | None = None, ad
     if head:
         checked_part("head", head)
     check_pooling_fits(model, pooling)
+    check_head_fits(model, head)
     check_adapter(adapter)
     if is_decoder_config(model):
         check_decoder_options(model)
@@ -181,8 +193,6 @@ def backbone_options(model: dict, needs_lm_head: bool) -> dict[str, Any]:
     if is_decoder_config(model):
         options: dict[str, Any] = {"bidirectional": model["bidirectional"], "dropout": dropout}
         return options | ({"with_lm_head": True} if needs_lm_head else {})
-    if needs_lm_head:
-        raise SentembConfigError("head=mntp predicts next tokens: it needs a decoder LLM. Fix: e.g. model=tiny-llama")
     # BERT/RoBERTa: model.dropout sets the hidden and attention dropout
     return {} if dropout is None else {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
 
@@ -210,7 +220,10 @@ def build_encoder(model: dict, pooling: dict, head: dict | None = None, adapter:
     if layers is not None:
         freeze_all_but_top_layers(backbone, layers)
     if model.get("gradient_checkpointing"):  # transformers' own; torch's checkpoint replays the dropout masks
-        backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if hasattr(backbone, "activation_checkpointing_enable"):  # its name since 5.x (the old one warns there)
+            backbone.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if adapter:
         backbone = with_adapter(backbone, adapter)
         if lm_head is not None:  # with an adapter only the adapter, pooling and head train, not the output layer
@@ -242,14 +255,17 @@ def load_initial_weights(backbone: Any, model: dict) -> None:
     check_base_fingerprint(checkpoint, backbone, f"model.init_from={path}")
     prefix = "encoder.backbone."
     weights = {k.removeprefix(prefix): v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)}
+    trainable = {name: p.requires_grad for name, p in backbone.named_parameters()}
     stage = with_adapter(backbone, hparams["adapter"]) if hparams.get("adapter") else backbone
     check_loaded(stage.load_state_dict(weights, strict=False), stage, f"model.init_from={path}")
     if hparams.get("adapter"):
         merged(stage)  # in place: the adapter's update is now part of `backbone`'s weights
+        for name, p in backbone.named_parameters():  # peft froze the base: this run trains it as it would have
+            p.requires_grad_(trainable[name])
 
 
 def check_base_fingerprint(checkpoint: dict, backbone: Any, named: str) -> None:
-    """An adapter checkpoint's base fingerprint equals the freshly built base's (else its weights would be another's)."""
+    """An adapter checkpoint's base fingerprint equals the freshly built base's (else the adapter fits other ones)."""
     saved = checkpoint.get("base_model", {}).get("config_sha256")
     if saved is not None and saved != base_fingerprint(backbone):
         raise SentembConfigError(
@@ -261,13 +277,15 @@ def check_base_fingerprint(checkpoint: dict, backbone: Any, named: str) -> None:
 
 def check_loaded(result: Any, module: Any, named: str) -> None:
     """A non-strict load left out only frozen base weights (an adapter checkpoint's) and loaded nothing unknown."""
-    frozen = {name for name, p in module.named_parameters() if not p.requires_grad}
-    frozen |= {name for name, _ in module.named_buffers()}
+    # every name of a shared weight (MNTP's lm_head tied to the embeddings is also pooling.lm_head.weight)
+    frozen = {name for name, p in module.named_parameters(remove_duplicate=False) if not p.requires_grad}
+    frozen |= {name for name, _ in module.named_buffers(remove_duplicate=False)}
     missing = [k for k in result.missing_keys if k not in frozen]
     if missing or result.unexpected_keys:
         raise SentembConfigError(
             f"{named}: its weights do not fit this encoder (missing {missing[:3]}, unexpected "
-            f"{list(result.unexpected_keys)[:3]}). Fix: use it with the model, pooling, head and adapter it was trained with"
+            f"{list(result.unexpected_keys)[:3]}). Fix: use it with the model, pooling, head and adapter it was "
+            "trained with"
         )
 
 

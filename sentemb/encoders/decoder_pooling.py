@@ -21,7 +21,7 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from sentemb.common.errors import SentembConfigError
-from sentemb.encoders.pooling import Pooling, refuse_head
+from sentemb.encoders.pooling import Pooling
 from sentemb.encoders.prompt import model_max_length
 
 PROMPTEOL_TEMPLATE = 'This sentence : "[X]" means in one word:"'
@@ -54,12 +54,21 @@ def padded(rows: list[list[int]], like: dict[str, torch.Tensor], tokenizer: PreT
 class DecoderPooling(Pooling):
     """No head replaces a decoder pooling's output (SARCSE builds its vector from the encoder's [CLS] layout)."""
 
+    option = ""  # the conf/pooling/ option, as a refusal names it
+
     def with_head(self, head: Pooling) -> Pooling:
-        refuse_head(f"pooling={type(self).__name__}")
+        # not refuse_head's fix (pooling=cls or hicl): neither takes a decoder LLM's token states
+        raise SentembConfigError(
+            f"head=sarcse with pooling={self.option}: SARCSE builds the sentence vector itself from an encoder's "
+            "[CLS] state, so that pooling would be ignored, and no pooling of a decoder LLM has a [CLS] state. "
+            "Fix: head=null with a decoder's pooling, or head=sarcse with an encoder (e.g. model=minilm pooling=cls)"
+        )
 
 
 class LastTokenPooling(DecoderPooling):
     """The last real token's state; `append_eos` adds EOS to each sentence that does not end with it."""
+
+    option = "last_token"
 
     def __init__(self, hidden_size: int, append_eos: bool = True) -> None:
         super().__init__()
@@ -88,6 +97,8 @@ def position_weights(attention_mask: torch.Tensor) -> torch.Tensor:
 class WeightedMeanPooling(DecoderPooling):
     """Σ_i w_i h_i with SGPT's position weights (later tokens count more)."""
 
+    option = "weighted_mean"
+
     def __init__(self, hidden_size: int) -> None:
         super().__init__()
 
@@ -100,6 +111,8 @@ class LatentAttentionPooling(DecoderPooling):
     """NV-Embed's latent attention: tokens (queries) attend to `num_latents` trainable latents (keys, values) with
     `num_heads` heads, then an MLP of width `intermediate_size` (null: 4 x hidden), each added to its input; the
     masked mean of the result."""
+
+    option = "latent"
 
     def __init__(
         self, hidden_size: int, num_latents: int = 512, num_heads: int = 8, intermediate_size: int | None = None
@@ -141,6 +154,8 @@ def check_eol_template(template: str) -> str:
 class PromptEOLPooling(DecoderPooling):
     """PromptEOL: each sentence inside `template` ([X]; the tokenizer's BOS first if it adds one), the last token's
     state. The sentence is truncated to fit `max_length` (null: the tokenizer's limit), never the template."""
+
+    option = "prompt_eol"
 
     def __init__(self, hidden_size: int, template: str = PROMPTEOL_TEMPLATE, max_length: int | None = None) -> None:
         super().__init__()

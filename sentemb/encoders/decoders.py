@@ -51,8 +51,12 @@ DECODER_SPECIALS = ["<unk>", "<s>", "</s>", "<pad>"]
 
 
 def decoder_overrides(bidirectional: bool, dropout: float | None) -> dict[str, object]:
-    """Config values a decoder is loaded with: transformers' `is_causal` switch and the attention dropout."""
-    overrides: dict[str, object] = {"is_causal": not bidirectional}
+    """Config values a decoder is loaded with: transformers' `is_causal` switch and the attention dropout.
+
+    `use_cache=False`: an encoder never generates, so no forward should fill a key/value cache (with it on, every
+    forward builds one, and transformers logs a warning at each checkpointed forward when model.gradient_checkpointing).
+    """
+    overrides: dict[str, object] = {"is_causal": not bidirectional, "use_cache": False}
     if dropout is not None:  # the only dropout these families have (SimCSE's augmentation)
         overrides["attention_dropout"] = float(dropout)
     return overrides
@@ -208,12 +212,18 @@ def is_decoder(backbone: PreTrainedModel) -> bool:
 
 
 def check_decoder_options(model: dict) -> None:
-    """model.bidirectional is a boolean; a decoder without dropout gets one warning (no SimCSE augmentation)."""
+    """model.bidirectional is a boolean, model.padding_side left or right."""
     bidirectional = model.get("bidirectional")
     if not isinstance(bidirectional, bool):
         raise SentembConfigError(
             f"model.bidirectional={bidirectional!r} must be true (LLM2Vec) or false (causal, e.g. last-token pooling)"
         )
+    if model.get("padding_side") not in (None, "left", "right"):
+        raise SentembConfigError(f"model.padding_side={model.get('padding_side')!r} must be left or right")
+
+
+def warn_without_dropout(model: dict) -> None:
+    """A decoder trained without dropout gets one warning: SimCSE's two views would be identical."""
     if not model.get("dropout"):
         log.warning(
             "model.dropout=%s on a decoder: attention_dropout 0 makes SimCSE's two views identical (no augmentation); "

@@ -58,8 +58,9 @@ class SentenceEncoder(nn.Module):
         return self.backbone(**inputs).last_hidden_state
 
     def training_batch(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """The backbone's rows for both views: the batch twice (dropout draws a mask per row), then prepared."""
-        return self.pooling.prepare({name: torch.cat([value, value]) for name, value in batch.items()}, self.tokenizer)
+        """The backbone's rows of a training step, as the pooling lays them out (`Pooling.training_batch`: both views,
+        and a head's own rows such as MNTP's masked copies)."""
+        return self.pooling.training_batch(batch, self.tokenizer)
 
     def training_rows(self, prepared: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Per-row training outputs of prepared rows (any subset of them: GradCache passes chunks)."""

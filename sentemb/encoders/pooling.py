@@ -38,7 +38,8 @@ class Pooling(nn.Module):
     """What every pooling and head implements; plain poolings keep the defaults.
 
     Training is split in two so that GradCache can chunk the first part: `training_rows` is per
-    row (a row's outputs depend on its own tokens only), `training_views` is the batch-level rest.
+    row (a row's outputs depend on its own tokens only), `training_views` is the batch-level rest;
+    `training_batch` lays out the rows they read (both views, and a head's own rows: MNTP's).
     A head (SARCSE) is a Pooling too; `auxiliary_terms` and `contrastive_weight` are how a pooling
     that aggregates rows (HiCL) asks the pooling of its rows for their per-row losses.
     """
@@ -55,6 +56,13 @@ class Pooling(nn.Module):
         A pooling whose own output the head would replace refuses here (`refuse_head`), before any model loads.
         """
         return head
+
+    def training_batch(
+        self, batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase
+    ) -> dict[str, torch.Tensor]:
+        """The backbone's rows of a training step: the batch twice (dropout draws a mask per row: the two views),
+        prepared. A head may add rows of its own (MNTP's masked copies)."""
+        return self.prepare({name: torch.cat([value, value]) for name, value in batch.items()}, tokenizer)
 
     def prepare_training(self, tokenizer: PreTrainedTokenizerBase) -> None:
         """Whatever training needs once, at fit start (SARCSE: the corpus's token frequencies); nothing by default."""

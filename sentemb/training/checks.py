@@ -19,10 +19,10 @@ from sentemb.common.paths import resolve_data_root
 from sentemb.data.corpus import CorpusReport, check_corpus
 from sentemb.data.datamodule import check_batching
 from sentemb.data.streaming import check_streaming
-from sentemb.encoders.backbones import check_model
 from sentemb.encoders.adapters import check_adapter
-from sentemb.encoders.build import attach_head, build_part, check_pooling_fits, is_decoder_config
-from sentemb.encoders.decoders import check_decoder_options
+from sentemb.encoders.backbones import check_model
+from sentemb.encoders.build import attach_head, build_part, check_head_fits, check_pooling_fits, is_decoder_config
+from sentemb.encoders.decoders import check_decoder_options, warn_without_dropout
 from sentemb.training.callbacks import check_every_n_steps
 from sentemb.training.exact_resume import check_checkpoint_path
 from sentemb.training.grad_cache import check_grad_cache
@@ -50,7 +50,8 @@ def check_parts(cfg: DictConfig) -> None:
     if not cfg.get("loss"):
         raise SentembConfigError("loss: no objective configured. Fix: pick one, e.g. loss=infonce")
     choices = OmegaConf.select(cfg, "hydra.runtime.choices") or {}
-    for group in ("loss", "pooling", "head", "adapter"):  # a stray field (a sweep's loss.m on InfoNCE) named before Hydra's TypeError
+    # a stray field (a sweep's loss.m on InfoNCE) named before Hydra's TypeError
+    for group in ("loss", "pooling", "head", "adapter"):
         if cfg.get(group):
             check_fields(cfg[group], group, choices.get(group))
     instantiate_checked(cfg.loss)  # each objective validates its own hyper-parameters (e.g. τ > 0)
@@ -59,8 +60,11 @@ def check_parts(cfg: DictConfig) -> None:
         attach_head(pooling, build_part("head", resolved_container(cfg.head), hidden_size=TOY_SIZE, special_ids=[]))
     model = resolved_container(cfg.model)
     check_pooling_fits(model, resolved_container(cfg.pooling))  # a decoder with [CLS] or [MASK] pooling
+    check_head_fits(model, resolved_container(cfg.get("head")))  # MNTP on an encoder
     if is_decoder_config(model):
         check_decoder_options(model)
+        if (cfg.get("head") or {}).get("contrastive", True):  # MNTP alone trains without dropout on purpose
+            warn_without_dropout(model)
     check_adapter(resolved_container(cfg.get("adapter")))
     check_grad_cache(cfg.get("grad_cache"), cfg.data.batch_size)
     check_batching(cfg.data.get("batch_size"), cfg.data.get("max_length"))

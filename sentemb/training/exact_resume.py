@@ -43,9 +43,12 @@ def check_checkpoint_path(ckpt_path: str | None, cfg: Mapping[str, Any] | None =
     if not ckpt_path:
         return
     checkpoint = read_checkpoint(ckpt_path, key=key, mmap=True)
-    parts = ("model", "pooling", "head", "adapter") if cfg is not None else ()  # without cfg: the file and its parts alone
+    # without cfg: the file and its parts alone
+    parts = ("model", "pooling", "head", "adapter") if cfg is not None else ()
     asked = {part: resolved_container(cfg.get(part)) for part in parts}
-    fix = "resume with the run's own model=, pooling=, head= and adapter= (its .hydra/overrides.yaml), or start a new run"
+    fix = (
+        "resume with the run's own model=, pooling=, head= and adapter= (its .hydra/overrides.yaml), or start a new run"
+    )
     check_checkpoint_parts(checkpoint["hyper_parameters"], asked, ckpt_path, key or "ckpt_path", fix)
 
 
