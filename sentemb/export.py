@@ -2,11 +2,18 @@
 
 Writes a sentence-transformers model folder through sentence-transformers' own API, loadable with
 `SentenceTransformer(dir)`:
-- `cls` / `mean`: its Transformer and Pooling modules; SimCSE's train-only MLP is left out (a
-  Dense + Tanh module keeps it where `pooling.mlp=always`, Dense alone for `mlp_activation=none`;
+- `cls` / `mean` on BERT/RoBERTa: its Transformer and Pooling modules; SimCSE's train-only MLP is left
+  out (a Dense + Tanh module keeps it where `pooling.mlp=always`, Dense alone for `mlp_activation=none`;
   Tanh before the Linear, `mlp_activation=before`, has no Dense form and exports as sentemb's module);
-- `prompt`, `hicl` and `head=sarcse`: one `sentemb.st_modules.SentembEncoder` module (sentemb's own
-  pooling and head, config and weights saved in the folder).
+- `prompt`, `hicl`, `head=sarcse` and every decoder LLM: one `sentemb.st_modules.SentembEncoder`
+  module (sentemb's own pooling and head, config and weights saved in the folder). Decoders take it
+  whatever their pooling, mean included: sentemb gives them explicit position ids under left padding
+  and appends EOS for last-token pooling, which sentence-transformers' Transformer module does not;
+  their config.json keeps `is_causal` as trained, so the folder loads bidirectional where it trained so.
+A checkpoint trained with a LoRA adapter (`adapter=lora`) exports with the adapter merged into the
+base weights (peft's merge_and_unload); `adapter_only=true` writes peft's adapter folder instead (the
+adapter, the tokenizer, sentemb's pooling and the base model it needs: `st_modules.load_adapter_folder`).
+A head that only trains (MNTP, around its pooling) is left out: the folder embeds with its pooling.
 The folder's README.md is a model card: a name unique to the training run, the training config,
 the STS table (from `results.json` beside the checkpoint, or `evaluate=true`) and the commands.
 """
@@ -32,17 +39,22 @@ from sentemb.common.errors import SentembConfigError
 from sentemb.common.hydra_plumbing import target_name
 from sentemb.common.paths import CONF_DIR
 from sentemb.common.process import configure_process
+from sentemb.encoders.adapters import is_adapted, merged
 from sentemb.encoders.backbones import check_model
+from sentemb.encoders.build import is_decoder_config
 from sentemb.encoders.checkpoint import model_label
 from sentemb.encoders.encoder import SentenceEncoder
 from sentemb.encoders.pooling import CLSPooling, MeanPooling, mlp_linear
 from sentemb.eval.report import markdown_report
-from sentemb.eval.suite import evaluate, load_encoder
-from sentemb.st_modules import SentembEncoder
+from sentemb.eval.suite import evaluate, load_encoder, served_checkpoint
+from sentemb.st_modules import FolderConfig, SentembEncoder, folder_model, save_sentemb_parts
 
 
-def sentence_transformer(encoder: SentenceEncoder, pooling: dict[str, Any], head: dict[str, Any] | None):
-    """The encoder as a SentenceTransformer built from sentence-transformers' modules where they exist."""
+def sentence_transformer(
+    encoder: SentenceEncoder, model: dict[str, Any], pooling: dict[str, Any], head: dict[str, Any] | None
+):
+    """The encoder as a SentenceTransformer built from sentence-transformers' modules where they exist (BERT/RoBERTa
+    with cls or mean pooling), else as sentemb's module."""
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.base.modules.dense import Dense
     from sentence_transformers.base.modules.transformer import Transformer
@@ -50,8 +62,10 @@ def sentence_transformer(encoder: SentenceEncoder, pooling: dict[str, Any], head
 
     pooler = encoder.pooling
     tanh_first = isinstance(pooler, CLSPooling) and pooler.mlp_use == "always" and pooler.mlp_activation == "before"
-    if head or type(pooler) not in (CLSPooling, MeanPooling) or tanh_first:  # Dense applies Tanh after its Linear
-        return SentenceTransformer(modules=[SentembEncoder(encoder, pooling, head)], device="cpu")
+    # Dense applies Tanh after its Linear; a decoder needs sentemb's positions (and EOS, for last-token pooling)
+    if head or type(pooler) not in (CLSPooling, MeanPooling) or tanh_first or is_decoder_config(model):
+        module = SentembEncoder(encoder, pooling, head, folder_model(model, encoder))
+        return SentenceTransformer(modules=[module], device="cpu")
     with tempfile.TemporaryDirectory() as folder:  # Transformer loads from a folder: the backbone as trained
         encoder.backbone.save_pretrained(folder)
         encoder.tokenizer.save_pretrained(folder)
@@ -78,10 +92,12 @@ def with_unused_pooler(folder: Path, backbone: torch.nn.Module) -> None:
 
 
 def model_name(source: dict[str, Any]) -> str:
-    """sentemb-<backbone>-<pooling>[-<head>]-<loss>-<training run folder>: unique per training run."""
+    """sentemb-<backbone>-<pooling>[-<head>][-lora]-<loss>-<training run folder>: unique per training run."""
     parts = ["sentemb", model_label(source["model"]), short(source["pooling"])]
     if source.get("head"):
         parts.append(short(source["head"]))
+    if source.get("adapter"):
+        parts.append("lora")
     if source.get("loss"):
         parts.append(short(source["loss"]))
     checkpoint = source.get("checkpoint")
@@ -107,9 +123,16 @@ def beside_results(checkpoint: str | None) -> Path | None:
 
 
 def model_card(
-    name: str, source: dict[str, Any], results: dict[str, Any] | None, commands: list[str], custom: bool
+    name: str,
+    source: dict[str, Any],
+    results: dict[str, Any] | None,
+    commands: list[str],
+    usage: list[str],
+    library: str = "sentence-transformers",
 ) -> str:
-    config = {k: source[k] for k in ("model", "pooling", "head", "loss", "optimizer", "scheduler") if source.get(k)}
+    """README.md of an exported folder: `usage`, how to load it (`folder_usage` or `adapter_usage`)."""
+    parts = ("model", "pooling", "head", "adapter", "loss", "optimizer", "scheduler")
+    config = {k: source[k] for k in parts if source.get(k)}
     trained = bool(source.get("checkpoint"))
     about = (
         "A sentence encoder trained with sentemb (unsupervised contrastive sentence embeddings)."
@@ -119,27 +142,14 @@ def model_card(
     )
     lines = [
         "---",
-        "library_name: sentence-transformers",
+        f"library_name: {library}",
         "tags: [sentence-transformers, sentence-similarity, sentemb]",
         "---",
         f"# {name}",
         "",
         about,
         "",
-        "```python",
-        "from sentence_transformers import SentenceTransformer",
-        f"model = SentenceTransformer('<this folder>'{', trust_remote_code=True' if custom else ''})",
-        "```",
-        *(
-            [
-                "",
-                "This folder holds a `sentemb.st_modules.SentembEncoder` module (sentemb's own pooling or head), so "
-                "`sentemb` must be installed, and sentence-transformers >= 6 imports a module class from outside "
-                "its own package only with `trust_remote_code=True`.",
-            ]
-            if custom
-            else []
-        ),
+        *usage,
         "",
         f"Source: `{source.get('checkpoint') or 'no checkpoint (untrained ' + short(source['pooling']) + ')'}`",
         "",
@@ -162,6 +172,70 @@ def model_card(
         "```",
     ]
     return "\n".join(lines) + "\n"
+
+
+def attention_note(model: dict[str, Any], adapter_folder: bool = False) -> list[str]:
+    """A decoder's attention as trained: kept in config.json (`is_causal`), or what the base must be loaded with."""
+    if not is_decoder_config(model):
+        return []
+    causal = "false" if model["bidirectional"] else "true"
+    way = "bidirectional" if model["bidirectional"] else "causal"
+    if adapter_folder:
+        return ["", f"Attention: {way} as trained: load the base with `is_causal={causal.title()}` (transformers 5.2+)"]
+    return ["", f"Attention: {way}, as trained (`is_causal: {causal}` in config.json; transformers 5.2+ loads it so)."]
+
+
+def folder_usage(source: dict[str, Any], custom: bool) -> list[str]:
+    """How a sentence-transformers folder loads, and what it holds."""
+    lines = [
+        "```python",
+        "from sentence_transformers import SentenceTransformer",
+        f"model = SentenceTransformer('<this folder>'{', trust_remote_code=True' if custom else ''})",
+        "```",
+    ]
+    if custom:
+        lines += [
+            "",
+            "This folder holds a `sentemb.st_modules.SentembEncoder` module (sentemb's own pooling or head), so "
+            "`sentemb` must be installed, and sentence-transformers >= 6 imports a module class from outside "
+            "its own package only with `trust_remote_code=True`.",
+        ]
+    adapter = source.get("adapter")
+    if adapter:
+        lines += [
+            "",
+            f"Trained with a LoRA adapter (r={adapter['r']}, alpha={adapter['alpha']}), merged here into the base "
+            f"weights ({model_label(source['model'])}): the folder is a whole model, no peft needed.",
+        ]
+    return lines + attention_note(source["model"])
+
+
+def adapter_usage(source: dict[str, Any], base: dict[str, Any]) -> list[str]:
+    """How an adapter folder loads: the base model it needs, then the adapter."""
+    model = source["model"]
+    name = model.get("name_or_path") if not model_label(model).startswith("tiny") else model_label(model)
+    lines = [
+        f"Only a LoRA adapter (peft; r={source['adapter']['r']}, alpha={source['adapter']['alpha']}), the tokenizer "
+        "and sentemb's pooling: it needs its base model,",
+        "",
+        f"- base model: `{name}` (config fingerprint `{base['config_sha256']}`, sentemb model config below)",
+    ]
+    if model.get("init_from"):
+        lines.append(f"- with the adapter of `{model['init_from']}` merged into it (model.init_from)")
+    lines += [
+        "",
+        "```python",
+        "from sentemb.st_modules import load_adapter_folder",
+        "encoder = load_adapter_folder('<this folder>')  # name_or_path='<base folder>' if the base is elsewhere",
+        "embeddings = encoder.encode(['A sentence.'])",
+        "```",
+        "",
+        "It rebuilds the base from the config saved in `sentemb_config.json`, refuses a base whose config "
+        "fingerprint differs, and loads the adapter with peft's `PeftModel.from_pretrained`. The sentence vector "
+        f"is sentemb's {short(source['pooling'])} pooling (`sentemb_config.json`, `sentemb_pooling.safetensors`). "
+        "For a sentence-transformers folder with the adapter merged, export without `adapter_only=true`.",
+    ]
+    return lines + attention_note(model, adapter_folder=True)
 
 
 # a model shipped inside a Python package, as conf/model/ names it (not this machine's install path)
@@ -209,10 +283,12 @@ def export(cfg: DictConfig) -> Path:
         raise SentembConfigError(f"out={out} is a file, not a folder: nothing is overwritten. Fix: pass a new folder")
     if out.exists() and any(out.iterdir()):
         raise SentembConfigError(f"out={out} is not empty: nothing is overwritten. Fix: pass a new folder")
-    encoder, source, hparams = load_encoder(cfg, torch.device("cpu"))
-    source.update(
-        {k: hparams[k] for k in ("loss", "optimizer", "scheduler") if k in hparams}
-    )  # the run's, for the card
+    checkpoint = served_checkpoint(cfg)  # read and checked once, before any model is built
+    if cfg.get("adapter_only"):
+        check_adapter_only(cfg, checkpoint)
+    encoder, source, hparams = load_encoder(cfg, torch.device("cpu"), checkpoint)
+    # the run's, for the card
+    source.update({k: hparams[k] for k in ("adapter", "loss", "optimizer", "scheduler") if hparams.get(k)})
     name = model_name(source)
     commands = [*training_command(source.get("checkpoint")), "python -m sentemb.export " + " ".join(sys.argv[1:])]
     results_path = beside_results(source.get("checkpoint"))
@@ -223,13 +299,58 @@ def export(cfg: DictConfig) -> Path:
         results = evaluate(eval_cfg, out / "eval")
         target = f"checkpoint={source['checkpoint']}" if source.get("checkpoint") else "model=... pooling=..."
         commands.append(f"python -m sentemb.evaluate {target} tasks=sts")
-    model = sentence_transformer(encoder.eval(), source["pooling"], source.get("head"))
-    model.save(str(out), model_name=name)
-    custom = any(type(module).__module__ == "sentemb.st_modules" for module in model)
-    (out / "README.md").write_text(model_card(name, source, results, commands, custom))
+    encoder, head = inference_parts(encoder.eval(), source.get("head"))
+    if cfg.get("adapter_only"):
+        write_adapter_folder(encoder, source, head, checkpoint["base_model"], out)
+        usage, library, written = adapter_usage(source, checkpoint["base_model"]), "peft", "LoRA adapter folder"
+    else:
+        if is_adapted(encoder.backbone):  # the adapter's update added into the base weights: a plain model
+            encoder.backbone = merged(encoder.backbone)
+        model = sentence_transformer(encoder, source["model"], source["pooling"], head)
+        model.save(str(out), model_name=name)
+        custom = any(type(module).__module__ == "sentemb.st_modules" for module in model)
+        usage, library, written = folder_usage(source, custom), "sentence-transformers", "sentence-transformers folder"
+    (out / "README.md").write_text(model_card(name, source, results, commands, usage, library))
     readable_by_all(out)
-    print(f"{name}: sentence-transformers folder written to {out}")
+    print(f"{name}: {written} written to {out}")
     return out
+
+
+def check_adapter_only(cfg: DictConfig, checkpoint: dict[str, Any] | None) -> None:
+    """adapter_only=true needs the checkpoint of a run trained with an adapter (which holds the base's fingerprint)."""
+    if checkpoint is None:
+        raise SentembConfigError(
+            "adapter_only=true writes the LoRA adapter a run trained: it needs checkpoint=<ckpt of an adapter=lora "
+            "run>. Fix: pass checkpoint=, or drop adapter_only=true"
+        )
+    if not checkpoint["hyper_parameters"].get("adapter") or "base_model" not in checkpoint:
+        raise SentembConfigError(
+            f"adapter_only=true: checkpoint={cfg.checkpoint} was trained without an adapter (adapter: null), so it "
+            "holds no adapter to write. Fix: drop adapter_only=true (the whole model is exported)"
+        )
+
+
+def inference_parts(encoder: SentenceEncoder, head: dict[str, Any] | None) -> tuple[SentenceEncoder, dict | None]:
+    """The encoder as it embeds: a head that only trains around its pooling (MNTP: `wraps_pooling`, whose embeddings
+    are its inner pooling's) is left out, with the head config; other heads (SARCSE) make the vector and stay."""
+    if getattr(encoder.pooling, "wraps_pooling", False):
+        encoder.pooling = encoder.pooling.inner
+        return encoder, None
+    return encoder, head
+
+
+def write_adapter_folder(
+    encoder: SentenceEncoder, source: dict[str, Any], head: dict[str, Any] | None, base: dict[str, Any], out: Path
+) -> None:
+    """peft's adapter folder (adapter_config.json, adapter_model.safetensors: the adapter only), the tokenizer, and
+    sentemb's pooling with the base model it needs (sentemb_config.json's `base`: name, fingerprint, model config)."""
+    out.mkdir(parents=True, exist_ok=True)
+    # sentemb never resizes the vocabulary: no embedding layer to save beside the adapter (and no hub look-up)
+    encoder.backbone.save_pretrained(str(out), save_embedding_layers=False)
+    config = FolderConfig(
+        source["pooling"], head, folder_model(source["model"], encoder), {**base, "model": source["model"]}
+    )
+    save_sentemb_parts(out, encoder, config)
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="export")

@@ -1,18 +1,27 @@
 """A sentence-transformers module for the sentemb encoders that have no sentence-transformers counterpart.
 
-Prompt ([MASK] state of a template), HiCL (segment aggregation) and SARCSE (TextCNN head) rewrite
-the token ids or pool them in their own way, so the exported folder keeps sentemb's own
-`SentenceEncoder`: `SentenceTransformer(dir)` imports this class (from the installed `sentemb`
-package), rebuilds the pooling/head from the saved config (sentemb's own parts only: a `_target_` in
-the JSON is looked up in a closed registry, never imported) and loads the saved weights. The
-forward is sentemb's `encode()` computation, so the embeddings agree with it. Loading a folder
-builds the encoder through `sentemb.encoders.build`, which imports no training code (no Lightning).
+Prompt ([MASK] state of a template), HiCL (segment aggregation), SARCSE (TextCNN head) and every
+decoder LLM (last-token, weighted-mean, latent and PromptEOL poolings; mean pooling too, since
+sentemb gives a decoder explicit position ids under left padding and sentence-transformers'
+Transformer module does not) keep sentemb's own `SentenceEncoder`: `SentenceTransformer(dir)`
+imports this class (from the installed `sentemb` package), rebuilds the backbone, pooling and head
+from the saved config and loads the saved weights. The config (`sentemb_config.json`) names no
+code: its `model.loader` is a key of `FOLDER_LOADERS` (a BERT/RoBERTa encoder, or a decoder loaded
+causal or bidirectional as trained), and a pooling's or head's `_target_` is looked up in a closed
+registry (`sentemb.encoders.build.PARTS`), never imported. The forward is sentemb's `encode()`
+computation, so the embeddings agree with it. Loading a folder builds the encoder through
+`sentemb.encoders.build`, which imports no training code (no Lightning).
+
+`load_adapter_folder` reads the other kind of folder `sentemb.export` writes (`adapter_only=true`):
+peft's LoRA adapter with the tokenizer and sentemb's pooling; the base model is rebuilt from the
+config saved beside it and checked against the fingerprint of the base the adapter was trained on.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +30,80 @@ from safetensors.torch import load_file, save_file
 from sentence_transformers.base.modules.input_module import InputModule
 
 from sentemb.common.errors import SentembConfigError
-from sentemb.encoders.build import build_encoder
+from sentemb.encoders.adapters import base_fingerprint, is_adapted
+from sentemb.encoders.build import build_encoder, is_decoder_config
+from sentemb.encoders.encoder import SentenceEncoder
 
 CONFIG = "sentemb_config.json"
 POOLING_WEIGHTS = "sentemb_pooling.safetensors"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"  # peft's adapter file (safetensors: tensors only, nothing to run)
+# sentemb_config.json's `model.loader` → the backbone and tokenizer loaders (encoders.build.PARTS names) of the folder
+FOLDER_LOADERS = {
+    "encoder": ("sentemb.encoders.backbones.pretrained_backbone", "sentemb.encoders.backbones.pretrained_tokenizer"),
+    "decoder": (
+        "sentemb.encoders.decoders.pretrained_decoder",
+        "sentemb.encoders.decoders.pretrained_decoder_tokenizer",
+    ),
+}
+MODEL_KEYS = ("loader", "bidirectional", "padding_side", "padding_free")
+REEXPORT = "Fix: export the folder again (python -m sentemb.export)"
+
+
+@dataclass(frozen=True)
+class FolderConfig:
+    """sentemb_config.json: the pooling and head configs, how the backbone loads (`model`) and, in an adapter folder,
+    the base model the adapter needs (`base`: its name, config fingerprint and sentemb model config)."""
+
+    pooling: dict[str, Any]
+    head: dict[str, Any] | None
+    model: dict[str, Any]
+    base: dict[str, Any] | None = None
+
+    def as_json(self) -> str:
+        config = {"pooling": self.pooling, "head": self.head, "model": self.model}
+        return json.dumps(config | ({"base": self.base} if self.base else {}), indent=2) + "\n"
+
+
+def folder_model(model: dict[str, Any], encoder: SentenceEncoder) -> dict[str, Any]:
+    """The `model` entry of an exported folder's config: which loader its backbone needs and the settings it was
+    trained with (a decoder's attention direction, the padding side, padding-free batches)."""
+    entry: dict[str, Any] = {"loader": "decoder" if is_decoder_config(model) else "encoder"}
+    if entry["loader"] == "decoder":
+        entry["bidirectional"] = bool(model["bidirectional"])
+    return entry | {
+        "padding_side": encoder.tokenizer.padding_side,
+        "padding_free": bool(model.get("padding_free", True)),
+    }
+
+
+def folder_model_config(folder: Path, entry: dict[str, Any]) -> dict[str, Any]:
+    """The sentemb model config that loads `folder`'s backbone and tokenizer as `entry` says."""
+    backbone, tokenizer = FOLDER_LOADERS[entry["loader"]]
+    model = {
+        "backbone": {"_target_": backbone, "name_or_path": str(folder)},
+        "tokenizer": {"_target_": tokenizer, "name_or_path": str(folder)},
+        "padding_side": entry.get("padding_side"),
+        "padding_free": entry.get("padding_free", True),
+    }
+    if entry["loader"] == "decoder":  # dropout: the folder's own (config.json); the encoder runs in eval mode
+        model |= {"bidirectional": entry["bidirectional"], "dropout": None}
+    return model
+
+
+def save_sentemb_parts(folder: Path, encoder: SentenceEncoder, config: FolderConfig) -> None:
+    """The tokenizer, sentemb's pooling (and head) weights and sentemb_config.json, into `folder`."""
+    encoder.tokenizer.save_pretrained(folder)
+    pooling = {k: v.contiguous() for k, v in encoder.pooling.state_dict().items()}
+    save_file(pooling, folder / POOLING_WEIGHTS)
+    (folder / CONFIG).write_text(config.as_json())
+
+
+def build_folder_encoder(path: Path, model: dict[str, Any], config: FolderConfig) -> SentenceEncoder:
+    """`build_encoder` on a folder's configs, its errors prefixed with the config file's path."""
+    try:  # sentemb's own parts only, built from plain options (encoders.build.PARTS): the JSON names no code
+        return build_encoder(model, config.pooling, config.head)
+    except SentembConfigError as err:
+        raise SentembConfigError(f"{path}: {err}") from None
 
 
 class SentembEncoder(InputModule):
@@ -32,11 +111,17 @@ class SentembEncoder(InputModule):
 
     save_in_root = True
 
-    def __init__(self, encoder: torch.nn.Module, pooling: dict[str, Any], head: dict[str, Any] | None) -> None:
+    def __init__(
+        self,
+        encoder: SentenceEncoder,
+        pooling: dict[str, Any],
+        head: dict[str, Any] | None,
+        model: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__()
         self.encoder = encoder
         self.tokenizer = encoder.tokenizer
-        self.pooling_config, self.head_config = pooling, head
+        self.config = FolderConfig(pooling, head, model or {"loader": "encoder"})
 
     @property
     def max_seq_length(self) -> int:
@@ -56,41 +141,111 @@ class SentembEncoder(InputModule):
 
     def save(self, output_path: str, *args: Any, safe_serialization: bool = True, **kwargs: Any) -> None:
         folder = Path(output_path)
+        if is_adapted(self.encoder.backbone):  # peft would save the adapter alone: a folder without its base
+            raise SentembConfigError(
+                "SentembEncoder.save: the backbone carries a LoRA adapter. Fix: merge it first "
+                "(sentemb.encoders.adapters.merged), as python -m sentemb.export does"
+            )
+        # a decoder's config.json keeps is_causal as trained: transformers' AutoModel loads the folder the same way
         self.encoder.backbone.save_pretrained(folder)
-        self.tokenizer.save_pretrained(folder)
-        pooling = {k: v.contiguous() for k, v in self.encoder.pooling.state_dict().items()}
-        save_file(pooling, folder / POOLING_WEIGHTS)
-        config = {"pooling": self.pooling_config, "head": self.head_config}
-        (folder / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
+        save_sentemb_parts(folder, self.encoder, self.config)
 
     @classmethod
     def load(cls, model_name_or_path: str, subfolder: str = "", **kwargs: Any) -> SentembEncoder:
-        folder = str(Path(model_name_or_path) / subfolder)
-        pooling, head = read_config(Path(folder) / CONFIG)
-        model = {
-            "backbone": {"_target_": "sentemb.encoders.backbones.pretrained_backbone", "name_or_path": folder},
-            "tokenizer": {"_target_": "sentemb.encoders.backbones.pretrained_tokenizer", "name_or_path": folder},
-        }
-        try:  # sentemb's own parts only, built from plain options (encoders.build.PARTS): the JSON names no code
-            encoder = build_encoder(model, pooling, head)
-        except SentembConfigError as err:
-            raise SentembConfigError(f"{Path(folder) / CONFIG}: {err}") from None
-        encoder.pooling.load_state_dict(load_file(Path(folder) / POOLING_WEIGHTS))
-        return cls(encoder.eval(), pooling, head)
+        folder = Path(model_name_or_path) / subfolder
+        config = read_config(folder / CONFIG)
+        if config.base is not None:
+            raise SentembConfigError(
+                f"{folder / CONFIG}: this folder holds a LoRA adapter without its base model (export "
+                "adapter_only=true). Fix: sentemb.st_modules.load_adapter_folder(folder), or export the checkpoint "
+                "without adapter_only for a sentence-transformers folder"
+            )
+        encoder = build_folder_encoder(folder / CONFIG, folder_model_config(folder, config.model), config)
+        encoder.pooling.load_state_dict(load_file(folder / POOLING_WEIGHTS))
+        return cls(encoder.eval(), config.pooling, config.head, config.model)
 
 
-def read_config(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """The pooling and head configs of an exported folder's sentemb_config.json, checked for their shape."""
+def load_adapter_folder(folder: str | Path, name_or_path: str | None = None) -> SentenceEncoder:
+    """The encoder of a folder `python -m sentemb.export ... adapter_only=true` wrote: the base model rebuilt from the
+    sentemb model config saved in it (`name_or_path`: the base from another folder or hub name), refused unless its
+    config fingerprint is that of the base the adapter was trained on, then peft's adapter loaded onto it
+    (`PeftModel.from_pretrained`, from safetensors), with the folder's tokenizer and sentemb pooling; in eval mode."""
+    from peft import PeftModel
+
+    folder = Path(folder).expanduser()
+    path = folder / CONFIG
+    config = read_config(path)
+    if config.base is None:
+        raise SentembConfigError(
+            f"{path}: no base entry, so this is not an adapter folder. Fix: load it with "
+            "SentenceTransformer(folder, trust_remote_code=True)"
+        )
+    if not (folder / ADAPTER_WEIGHTS).is_file():
+        raise SentembConfigError(
+            f"{folder}: no {ADAPTER_WEIGHTS} (sentemb reads peft adapters from safetensors only). {REEXPORT} "
+            "with adapter_only=true"
+        )
+    model = dict(config.base["model"])
+    if name_or_path is not None:  # the same base, elsewhere: the fingerprint below still has to match
+        model["name_or_path"] = name_or_path
+        model["backbone"] = {**model["backbone"], "name_or_path": name_or_path}
+    # the folder's tokenizer, as trained; the base as the run built it (with model.init_from: that stage merged in)
+    model["tokenizer"] = {"_target_": FOLDER_LOADERS[config.model["loader"]][1], "name_or_path": str(folder)}
+    model["gradient_checkpointing"] = False
+    encoder = build_folder_encoder(path, model, config)
+    fingerprint = base_fingerprint(encoder.backbone)
+    if fingerprint != config.base["config_sha256"]:
+        raise SentembConfigError(
+            f"{path}: the adapter was trained on a base model whose config differs from "
+            f"{model.get('name_or_path') or config.base['name']} as loaded now (config fingerprint "
+            f"{config.base['config_sha256'][:12]} vs {fingerprint[:12]}). Fix: load the base the run was trained on "
+            f"({config.base['name']}; name_or_path= if it is in another folder)"
+        )
+    encoder.backbone = PeftModel.from_pretrained(encoder.backbone, str(folder))
+    encoder.pooling.load_state_dict(load_file(folder / POOLING_WEIGHTS))
+    return encoder.eval()
+
+
+def read_config(path: Path) -> FolderConfig:
+    """An exported folder's sentemb_config.json, checked for its shape (folders exported before the `model` entry
+    existed hold a BERT/RoBERTa encoder)."""
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
-        raise SentembConfigError(
-            f"{path}: unreadable ({err}). Fix: export the folder again (python -m sentemb.export)"
-        ) from None
+        raise SentembConfigError(f"{path}: unreadable ({err}). {REEXPORT}") from None
     pooling, head = (config.get("pooling"), config.get("head")) if isinstance(config, dict) else (None, None)
     if not isinstance(pooling, dict) or not isinstance(head, dict | None):
+        raise SentembConfigError(f"{path}: expected {{'pooling': {{...}}, 'head': {{...}} or null, ...}}. {REEXPORT}")
+    model = config.get("model", {"loader": "encoder"})
+    check_folder_model(path, model)
+    base = config.get("base")
+    if base is not None and not (
+        isinstance(base, dict)
+        and isinstance(base.get("name"), str)
+        and isinstance(base.get("config_sha256"), str)
+        and isinstance(base.get("model"), dict)
+    ):
+        raise SentembConfigError(f"{path}: base must be {{'name', 'config_sha256', 'model': {{...}}}}. {REEXPORT}")
+    return FolderConfig(pooling, head, model, base)
+
+
+def check_folder_model(path: Path, model: Any) -> None:
+    """The `model` entry names a loader of FOLDER_LOADERS (never code) and settings of the right types."""
+    if not isinstance(model, dict):
+        raise SentembConfigError(f"{path}: model must be {{'loader': ..., ...}}. {REEXPORT}")
+    unknown = sorted(set(model) - set(MODEL_KEYS))
+    if unknown:
         raise SentembConfigError(
-            f"{path}: expected {{'pooling': {{...}}, 'head': {{...}} or null}}. Fix: export the folder again "
-            "(python -m sentemb.export)"
+            f"{path}: model.{unknown[0]} is not a key sentemb reads ({', '.join(MODEL_KEYS)}). {REEXPORT}"
         )
-    return pooling, head
+    if model.get("loader") not in FOLDER_LOADERS:
+        raise SentembConfigError(
+            f"{path}: model.loader={model.get('loader')!r} is not one of {', '.join(FOLDER_LOADERS)} (the loaders an "
+            f"exported folder may name). {REEXPORT}"
+        )
+    if model["loader"] == "decoder" and not isinstance(model.get("bidirectional"), bool):
+        raise SentembConfigError(f"{path}: model.bidirectional must be true or false for a decoder. {REEXPORT}")
+    if model.get("padding_side") not in (None, "left", "right"):
+        raise SentembConfigError(f"{path}: model.padding_side={model.get('padding_side')!r}: left or right. {REEXPORT}")
+    if not isinstance(model.get("padding_free", True), bool):
+        raise SentembConfigError(f"{path}: model.padding_free must be true or false. {REEXPORT}")

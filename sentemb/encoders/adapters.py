@@ -39,9 +39,9 @@ def check_adapter(adapter: Mapping[str, Any] | None) -> None:
     if not isinstance(dropout, int | float) or not 0 <= dropout < 1:
         raise SentembConfigError(f"adapter.dropout={dropout} must be a number in [0, 1) (LLM2Vec: 0.05)")
     targets = adapter.get("target_modules", "all-linear")
-    if targets != "all-linear" and not (isinstance(targets, list | tuple) and targets and all(
-        isinstance(name, str) for name in targets
-    )):
+    if targets != "all-linear" and not (
+        isinstance(targets, list | tuple) and targets and all(isinstance(name, str) for name in targets)
+    ):
         raise SentembConfigError(
             f"adapter.target_modules={targets!r}: use all-linear (every linear projection, LLM2Vec's choice) or a "
             "list of module names, e.g. [q_proj, v_proj]"

@@ -14,6 +14,7 @@ import lightning as L
 import torch
 from hydra.utils import instantiate
 from lightning.pytorch.plugins.precision import MixedPrecision
+from lightning.pytorch.strategies import ModelParallelStrategy
 from lightning.pytorch.utilities import GradClipAlgorithmType
 from omegaconf import DictConfig
 
@@ -28,6 +29,7 @@ from sentemb.losses.base import LazyStats
 from sentemb.training.distributed import gather_with_grad, world_size
 from sentemb.training.exact_resume import rng_states, set_rng_states
 from sentemb.training.grad_cache import GradCache
+from sentemb.training.sharding import shard_encoder
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +68,12 @@ class SentembModule(L.LightningModule):
         parts = {key: resolved_container(cfg.get(key)) for key in parts}
         return cls(**parts, grad_cache=resolved_container(cfg.get("grad_cache")), compile=bool(cfg.get("compile")))
 
+    def configure_model(self) -> None:
+        """trainer=fsdp (Lightning's ModelParallelStrategy): the encoder sharded over the data-parallel ranks, each
+        transformer layer a unit (sentemb/training/sharding.py); other strategies keep the model whole."""
+        if self._trainer is not None and isinstance(self.trainer.strategy, ModelParallelStrategy):
+            shard_encoder(self, self.device_mesh["data_parallel"])
+
     def on_fit_start(self) -> None:
         self.encoder.pooling.prepare_training(self.encoder.tokenizer)  # e.g. SARCSE's corpus token frequencies
         total = sum(p.numel() for p in self.parameters())
@@ -93,7 +101,8 @@ class SentembModule(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if not self.strict_loading:  # an adapter checkpoint must hold every trained weight (the rest is the base)
-            check_base_fingerprint(checkpoint, self.encoder.backbone, "ckpt_path")
+            named = f"ckpt_path={self.trainer.ckpt_path}" if self._trainer is not None else "the checkpoint"
+            check_base_fingerprint(checkpoint, self.encoder.backbone, named)
             missing = sorted(self.trained_keys() - set(checkpoint["state_dict"]))
             if missing:
                 raise SentembConfigError(
@@ -117,22 +126,25 @@ class SentembModule(L.LightningModule):
         is therefore scaled by world_size for backward, so the averaged gradient is exactly that
         one process's. Auxiliary terms are per-rank means over local data, which DDP's average turns
         into the mean over ranks: for SARCSE's reconstruction that is the global mean; HiCL's local
-        loss takes its negatives among the rank's own segments (not gathered).
+        loss takes its negatives among the rank's own segments (not gathered). A global loss of weight
+        0 (head=mntp with head.contrastive=false) is not computed at all: the auxiliary terms are the loss.
         """
         views = self.training_views(batch)
-        z1, z2 = views.z1, views.z2
         world = world_size()
-        if world > 1:
-            z1, z2 = gather_with_grad(z1), gather_with_grad(z2)
-        output: LossOutput = self.loss(z1, z2)
-        total = output.loss if views.global_weight == 1.0 else views.global_weight * output.loss
-        backward = total * world if world > 1 else total
-        parts = {}
-        for label, (weight, value) in views.auxiliary.items():  # e.g. HiCL: α·L_local + (1 − α)·L_global
-            total = total + weight * value
-            backward = backward + weight * value
-            parts[f"train/loss/{label}"] = value.detach()
-        if views.auxiliary:
+        output = self.global_loss(views, world)
+        terms = [weight * value for weight, value in views.auxiliary.values()]
+        if output is not None:
+            total = output.loss if views.global_weight == 1.0 else views.global_weight * output.loss
+            backward = total * world if world > 1 else total
+        elif terms:  # the auxiliary terms alone (head=mntp head.contrastive=false)
+            total = backward = terms.pop(0)
+        else:
+            raise RuntimeError(f"{type(self.encoder.pooling).__name__}: the global loss has weight 0 and no other term")
+        for term in terms:  # e.g. HiCL: α·L_local + (1 − α)·L_global
+            total = total + term
+            backward = backward + term
+        parts = {f"train/loss/{label}": value.detach() for label, (_, value) in views.auxiliary.items()}
+        if views.auxiliary and output is not None:
             parts["train/loss/global"] = output.loss.detach()
         if not torch.isfinite(total.detach()):  # fp16 overflow, a tiny τ: stop here, not with NaN weights later
             raise TrainingDiverged(
@@ -140,10 +152,22 @@ class SentembModule(L.LightningModule):
                 f"({type(self.loss).__name__}). Fix: a larger loss.tau, a smaller optimizer.lr, or "
                 "trainer.precision=32-true / bf16-mixed instead of 16-mixed"
             )
+        if output is None:
+            return backward, total, LazyStats(lambda: parts, total.device)
         # each term of a weighted sum, and the paradigm's telemetry
         parts.update({f"train/loss/{label}": value for label, value in output.terms.items()})
         logged = LazyStats(lambda: {**parts, **{f"paradigm/{k}": v for k, v in output.stats.items()}}, total.device)
         return backward, total, logged
+
+    def global_loss(self, views: TrainingViews, world: int) -> LossOutput | None:
+        """The loss on the two views, their negatives gathered from every rank; None when its weight is 0 (MNTP alone,
+        LLM2Vec's first stage): then neither the loss nor the gather runs."""
+        if views.global_weight == 0:
+            return None
+        z1, z2 = views.z1, views.z2
+        if world > 1:
+            z1, z2 = gather_with_grad(z1), gather_with_grad(z2)
+        return self.loss(z1, z2)
 
     def training_views(self, batch: dict[str, torch.Tensor]) -> TrainingViews:
         """Both dropout views (unsup. SimCSE); with grad_cache, built from cached chunk outputs (grad_cache.py)."""
