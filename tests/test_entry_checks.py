@@ -136,7 +136,9 @@ def no_gpu(monkeypatch: pytest.MonkeyPatch, cuda: int = 0, mps: bool = False) ->
 def test_a_gpu_trainer_without_a_gpu_is_refused(trainer, tmp_path, monkeypatch):
     no_gpu(monkeypatch)
     message = fails([f"trainer={trainer}"], tmp_path)
-    assert message.startswith("trainer.accelerator=gpu (trainer=gpu / trainer=ddp): no CUDA GPU is visible")
+    assert message.startswith(
+        "trainer.accelerator=gpu (trainer=gpu / trainer=ddp / trainer=fsdp): no CUDA GPU is visible"
+    )
     assert "Fix: trainer=default (or trainer=cpu)" in message and "trainer=ddp trainer.accelerator=cpu" in message
 
 

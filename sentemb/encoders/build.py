@@ -145,9 +145,16 @@ def check_pooling_fits(model: dict, pooling: dict) -> None:
 
 
 def check_head_fits(model: dict, head: dict | None) -> None:
-    """A head that predicts next tokens (MNTP) needs a decoder LLM: refused on an encoder before anything loads."""
-    if getattr(head_class(head), "needs_lm_head", False) and not is_decoder_config(model):
+    """A head that predicts next tokens (MNTP) needs a decoder LLM, one that replaces the pooling (SARCSE) an encoder:
+    refused before anything loads."""
+    kind = head_class(head)
+    if getattr(kind, "needs_lm_head", False) and not is_decoder_config(model):
         raise SentembConfigError("head=mntp predicts next tokens: it needs a decoder LLM. Fix: e.g. model=tiny-llama")
+    if kind is not None and not getattr(kind, "wraps_pooling", False) and is_decoder_config(model):
+        raise SentembConfigError(
+            "head=sarcse with a decoder LLM: SARCSE replaces an encoder's [CLS] pooling, which decoders do not have. "
+            "Fix: head=null with a decoder's pooling, or head=sarcse with an encoder (e.g. model=minilm pooling=cls)"
+        )
 
 
 def head_class(head: dict | None) -> Any:

@@ -26,6 +26,7 @@ from sentemb.encoders.decoders import check_decoder_options, warn_without_dropou
 from sentemb.training.callbacks import check_every_n_steps
 from sentemb.training.exact_resume import check_checkpoint_path
 from sentemb.training.grad_cache import check_grad_cache
+from sentemb.training.sharding import check_sharding
 from sentemb.training.trainer import check_devices
 
 TOY_SIZE = 8  # poolings and heads are built at this width to run their constructors' checks in milliseconds
@@ -55,12 +56,14 @@ def check_parts(cfg: DictConfig) -> None:
         if cfg.get(group):
             check_fields(cfg[group], group, choices.get(group))
     instantiate_checked(cfg.loss)  # each objective validates its own hyper-parameters (e.g. τ > 0)
-    pooling = build_part("pooling", resolved_container(cfg.pooling), hidden_size=TOY_SIZE)  # template, MLP options
+    model, pooling_cfg = resolved_container(cfg.model), resolved_container(cfg.pooling)
+    check_pooling_fits(model, pooling_cfg)  # a decoder with [CLS] or [MASK] pooling
+    check_head_fits(model, resolved_container(cfg.get("head")))  # MNTP on an encoder, SARCSE on a decoder
+    heads = pooling_cfg.get("num_heads")  # the latent pooling's heads must divide the width: a toy width they divide
+    toy = TOY_SIZE * heads if isinstance(heads, int) and not isinstance(heads, bool) and heads > 0 else TOY_SIZE
+    pooling = build_part("pooling", pooling_cfg, hidden_size=toy)  # template, MLP options
     if cfg.get("head"):  # the head's own options, then whether the pooling accepts it
-        attach_head(pooling, build_part("head", resolved_container(cfg.head), hidden_size=TOY_SIZE, special_ids=[]))
-    model = resolved_container(cfg.model)
-    check_pooling_fits(model, resolved_container(cfg.pooling))  # a decoder with [CLS] or [MASK] pooling
-    check_head_fits(model, resolved_container(cfg.get("head")))  # MNTP on an encoder
+        attach_head(pooling, build_part("head", resolved_container(cfg.head), hidden_size=toy, special_ids=[]))
     if is_decoder_config(model):
         check_decoder_options(model)
         if (cfg.get("head") or {}).get("contrastive", True):  # MNTP alone trains without dropout on purpose
@@ -70,5 +73,6 @@ def check_parts(cfg: DictConfig) -> None:
     check_batching(cfg.data.get("batch_size"), cfg.data.get("max_length"))
     check_every_n_steps(cfg.eval.every_n_steps)
     check_streaming(cfg.data, cfg.trainer)
+    check_sharding(cfg)  # trainer=fsdp: several processes, a precision FSDP2 takes
     if cfg.get("optimized_metric"):  # a typo would otherwise surface only when the job ends
         check_metric_name(cfg.optimized_metric)
