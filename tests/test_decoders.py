@@ -326,6 +326,28 @@ def test_a_training_run_of_tiny_llama(tiny_overrides, small_stsb, trained_once, 
     assert (trained.encode(SENTENCES) == again.encode(SENTENCES)).all()
 
 
+# what else a decoder run composes with, each through the real Trainer: the fast precision preset (bf16 autocast where
+# the CPU has it), a streamed corpus, token-budget GradCache with checkpointing and LoRA, a causal model's PromptEOL
+COMPOSED = {
+    "fast": ["trainer=fast"],
+    "streaming": ["data.streaming=true"],
+    "grad-cache-lora": ["grad_cache.tokens=64", "model.gradient_checkpointing=true", "adapter=lora", "adapter.r=2"],
+    "causal-prompt-eol": ["model=tiny-qwen3", "pooling=prompt_eol"],
+}
+
+
+@pytest.mark.parametrize("name", COMPOSED)
+def test_a_decoder_run_composes_with(name, tiny_overrides, small_stsb, tmp_path):
+    from tests.test_train import run
+
+    base = [*tiny_overrides, "model=tiny-llama", "pooling=last_token", f"eval.stsb_dir={small_stsb}"]
+    metrics = run([*base, *COMPOSED[name]], tmp_path)
+    rows = list(csv.DictReader((tmp_path / "csv" / "version_0" / "metrics.csv").open()))
+    losses = [float(r["train/loss"]) for r in rows if r.get("train/loss")]
+    assert len(losses) == 4 and all(map(math.isfinite, losses)), name
+    assert math.isfinite(metrics["stsb/test/spearman"]), name
+
+
 # --------------------------------------------------------------------------- GradCache and gradient checkpointing
 GRAD_SENTENCES = 8
 CHUNKINGS = {"none": "grad_cache=null", "sentences": "grad_cache=2", "tokens": "grad_cache.tokens=100"}
