@@ -1,0 +1,88 @@
+"""benchmarks/decoder_step.py (issue 29's `make bench` rows) runs end to end on a tiny decoder.
+
+Each configuration's child runs in this process (the script's own `--child` command line, through a
+stand-in for `subprocess.run`): a fresh interpreter per child would add ~10 s of imports each.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["--hidden=32", "--layers=2", "--heads=2", "--kv-heads=1", "--intermediate=64", "--batch=4"]
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("decoder_step", ROOT / "benchmarks" / "decoder_step.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def script(monkeypatch, tmp_path):
+    """The script, its rows written under tmp_path and its children run in-process (their results kept)."""
+    module = load_script()
+    monkeypatch.setattr(sys.modules["rows"], "RESULTS", tmp_path / "results")
+    children: list[dict[str, Any]] = []
+
+    def run(command: list[str], **kwargs: Any) -> subprocess.CompletedProcess:
+        assert command[:2] == [sys.executable, module.__file__]  # the child is this script, as make bench runs it
+        assert module.main(command[2:]) == 0
+        children.append(json.loads(Path(command[command.index("--result") + 1]).read_text()))
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(module.subprocess, "run", run)
+    module.children = children
+    return module
+
+
+def test_the_benchmark_writes_ratio_rows_against_full_fine_tuning_padded(script, tmp_path, capsys):
+    out = tmp_path / "decoder_step.md"
+    argv = [*TINY, "--rounds=1", "--steps=1", "--warmup=1", "--configs=full_padded,lora_gc", f"--out={out}"]
+    assert script.main(argv) == 0
+
+    burn_in, *timed = script.children
+    assert burn_in["config"] == "full_padded" and [c["config"] for c in timed] == ["full_padded", "lora_gc"]
+    full, lora = timed
+    assert full["trainable"] == full["parameters"] and 0 < lora["trainable"] < full["parameters"] / 2
+    assert lora["adapter"] and lora["gradient_checkpointing"] and lora["padding_free"] and not full["padding_free"]
+    assert full["optimizer_state_mib"] > lora["optimizer_state_mib"] > 0  # AdamW's moments of the trained weights
+    assert all(c["increase_mib"] > 0 and c["seconds_per_step"] > 0 for c in timed)
+
+    rows = json.loads((tmp_path / "results" / "decoder_step.json").read_text())
+    assert [r["figure"].rsplit(", ", 1)[1] for r in rows] == ["s/step", "peak memory MiB (RSS increase)"]
+    for r in rows:
+        assert r["anchor"] == "full fine-tuning, padded, same run" and r["passed"] is None
+        assert r["ratio"] == pytest.approx(r["value"] / r["anchor_value"])  # one round: the median is that ratio
+    report = out.read_text()
+    assert "Tokens/s and MFU on a GPU: not measured here" in report
+    assert report.strip() in capsys.readouterr().out
+
+
+def test_a_configuration_that_did_not_take_effect_stops_the_benchmark():
+    script = load_script()
+    result = {"config": "lora", "padding_free": True, "gradient_checkpointing": False, "adapter": False}
+    with pytest.raises(RuntimeError, match="lora: asked"):
+        script.check_configuration({**result, "losses_finite": True})
+    script.check_configuration({**result, "adapter": True, "losses_finite": True})
+    with pytest.raises(RuntimeError, match="non-finite"):
+        script.check_configuration({**result, "adapter": True, "losses_finite": False})
+
+
+def test_make_bench_runs_it_at_max_length_32_and_padded_vs_padding_free_at_64():
+    spec = importlib.util.spec_from_file_location("bench_report", ROOT / "benchmarks" / "report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    entries = {rows: job for script, job, _, rows, _ in report.SCRIPTS if script == "decoder_step.py"}
+    assert entries == {
+        "decoder_step": [],
+        "decoder_step64": ["--max-length", "64", "--configs", "full_padded,full_padding_free"],
+    }
