@@ -504,9 +504,7 @@ def test_sarcse_is_refused_with_a_decoder(pooling, no_model_loads, tmp_path):
         prepare_run(cfg)
 
 
-def test_the_latent_poolings_heads_are_checked_against_the_model_not_a_stand_in_width(
-    no_model_loads, tmp_path
-):
+def test_the_latent_poolings_heads_are_checked_against_the_model_not_a_stand_in_width(no_model_loads, tmp_path):
     # 16 heads divide tiny-llama's 32 but not the checks' toy width 8: the pre-run check must not refuse them
     prepare_run(compose_train(["model=tiny-llama", "pooling=latent", "pooling.num_heads=16"], tmp_path))
     with pytest.raises(SentembConfigError, match=r"pooling.num_heads=0 must be a whole number >= 1"):

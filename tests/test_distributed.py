@@ -49,3 +49,27 @@ def test_gather_with_grad_matches_single_process_global_batch():
         torch.testing.assert_close(loss, reference.detach(), rtol=1e-5, atol=1e-6)
         # each rank back-propagates into its own slice only (DDP then averages the gradients)
         torch.testing.assert_close(grad, reference_z1.grad[rank * n : (rank + 1) * n], rtol=1e-5, atol=1e-6)
+
+
+def _rng_worker(rank: int, world: int, port: int, out: dict) -> None:
+    from sentemb.training.exact_resume import rng_states, set_rng_states
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.manual_seed(0)  # seed_everything: one seed on every rank
+    torch.rand(10 * (rank + 1))  # dropout on each rank's own token count: the streams part
+    saved = rng_states()  # a checkpoint of this step (every rank saves)
+    expected = torch.rand(4)  # what this rank draws next in the uninterrupted run
+    torch.manual_seed(123)  # a resumed process: another state until the checkpoint's is set
+    set_rng_states(saved)
+    out[rank] = (expected, torch.rand(4), len(saved["ranks"]))
+    dist.destroy_process_group()
+
+
+def test_every_rank_resumes_its_own_random_stream():
+    out = mp.Manager().dict()
+    mp.spawn(_rng_worker, args=(2, _free_port(), out), nprocs=2, join=True)
+    for rank in range(2):
+        expected, resumed, saved_ranks = out[rank]
+        assert saved_ranks == 2 and torch.equal(resumed, expected), f"rank {rank}"
+    assert not torch.equal(out[0][0], out[1][0]), "the two ranks' streams had parted"

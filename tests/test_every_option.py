@@ -33,6 +33,7 @@ from sentemb.common.errors import SentembConfigError
 from sentemb.common.metric_names import DEV_SPEARMAN_BEST_LOGGED, TEST_SPEARMAN
 from sentemb.common.paths import CONF_DIR, resolve_data_root
 from sentemb.training.checks import prepare_run
+from sentemb.training.sharding import is_sharded
 from sentemb.training.sweep_check import check_sweep
 from sentemb.training.trainer import build_trainer
 from tests.conftest import compose_train
@@ -292,8 +293,9 @@ def test_option_trains_one_step(group, option, small_corpus, small_stsb, tmp_pat
     cfg = compose_train(overrides, tmp_path / "run")
     if reason := lacking(cfg):
         pytest.skip(f"{group}={option} {reason}; composed and checked by the fast test")
-    if str(cfg.trainer.get("strategy", "")).startswith("ddp"):
-        # Lightning's DDP launcher re-runs the command it was started by: the training command, not pytest
+    if str(cfg.trainer.get("strategy", "")).startswith("ddp") or is_sharded(cfg.trainer):
+        # Lightning's DDP (and trainer=fsdp's) launcher re-runs the command it was started by: the training command,
+        # not pytest
         command = [sys.executable, "-m", "sentemb.train", *overrides, f"hydra.run.dir={tmp_path / 'run'}"]
         env = {**os.environ, "WANDB_MODE": "offline"}
         result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)

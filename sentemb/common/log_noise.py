@@ -23,6 +23,9 @@ WARNINGS = {
     "2.13 deprecates: nothing a user can change",
     r".*`is_gradient_checkpointing` is deprecated.*": "peft 0.21 reads transformers' old property name when it wraps "
     "or saves a model (adapter=lora): nothing a user can change",
+    r"FSDP2-wrapped module \(FSDPSentenceEncoder\) returned a view tensor.*": "trainer=fsdp: SARCSE's embedding is a "
+    "reshaped view; sentemb changes no training output in place, and the sharded gradients equal one process's "
+    "(tests/test_fsdp.py)",
 }
 
 # Lightning's info lines (the start of the message) → why they are dropped

@@ -24,6 +24,7 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
+import torch.distributed as dist
 from lightning.pytorch.callbacks import Checkpoint
 
 from sentemb.common.errors import Preempted, SentembConfigError
@@ -31,6 +32,7 @@ from sentemb.common.hydra_plumbing import resolved_container
 from sentemb.encoders.build import check_checkpoint_parts
 from sentemb.encoders.checkpoint import read_checkpoint
 from sentemb.training.callbacks import STSBDevEvaluation
+from sentemb.training.distributed import world_size
 
 log = logging.getLogger(__name__)
 
@@ -60,18 +62,32 @@ def checkpoint_dir(ckpt_path: str | None, output_dir: str) -> str:
 
 
 def rng_states() -> dict[str, Any]:
-    """Every global RNG a training step draws from (rank 0's, which every rank shares after seed_everything)."""
+    """Every global RNG a training step draws from: rank 0's, and under several processes every rank's as `ranks`.
+
+    The ranks start from one seed (seed_everything) but part ways at their first dropout on CPU (nn.Dropout draws
+    a number per element, and each rank's batch has its own token count): each resumes with its own. Gathered from
+    every rank, so every rank calls this (Lightning saves a checkpoint on all of them).
+    """
     kind, keys, position, has_gauss, gauss = np.random.get_state()
-    return {
+    own = {
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
         # tensors and plain numbers only: checkpoints stay loadable with torch.load(weights_only=True)
         "numpy": (kind, torch.from_numpy(keys.astype(np.int64)), position, has_gauss, gauss),
         "python": random.getstate(),
     }
+    if world_size() == 1:
+        return own
+    ranks: list[Any] = [None] * world_size()
+    dist.all_gather_object(ranks, own)
+    return {**ranks[0], "ranks": ranks}
 
 
 def set_rng_states(states: dict[str, Any]) -> None:
+    """This rank's saved states (rank 0's where the checkpoint holds no per-rank states or another world size's)."""
+    ranks = states.get("ranks")
+    if ranks is not None and len(ranks) == world_size() > 1:
+        states = ranks[dist.get_rank()]
     torch.set_rng_state(states["torch"])
     if states["cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states["cuda"])

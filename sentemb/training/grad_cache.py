@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.distributed.fsdp import FSDPModule
 
 from sentemb.common.errors import SentembConfigError
 
@@ -187,9 +188,13 @@ class GradCache:
         """Step 3, after the loss's backward filled the cached rows' gradients: chunk by chunk into the weights.
 
         Under DDP the chunks' parameter gradients are summed first and accumulated once, so DDP's
-        reducer (one hook per parameter per step) all-reduces the whole step's gradient.
+        reducer (one hook per parameter per step) all-reduces the whole step's gradient. Under FSDP
+        (trainer=fsdp) each chunk back-propagates on its own, as on one process: the sharded weights
+        are not in autograd's graph (their gathered copies are), and each backward's reduce-scatter adds
+        its chunk's averaged gradient to theirs.
         """
         pending, self.pending = self.pending, None
+        distributed = distributed and not isinstance(encoder, FSDPModule)
         grads = {name: row.grad for name, row in pending.rows.items() if row.grad is not None}
         params = [p for p in encoder.parameters() if p.requires_grad]
         sums: list[torch.Tensor | None] = [None] * len(params)

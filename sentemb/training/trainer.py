@@ -52,8 +52,8 @@ def check_devices(trainer_cfg: Mapping[str, Any]) -> None:
         raise SentembConfigError(f"trainer.accelerator=mps: this machine has no Apple MPS device. {CPU_FIX}")
     if accelerator in ("gpu", "cuda") and not (cuda or (accelerator == "gpu" and mps)):  # Lightning's gpu: CUDA or MPS
         raise SentembConfigError(
-            f"trainer.accelerator={accelerator} (trainer=gpu / trainer=ddp): no CUDA GPU is visible here "
-            f"(torch.cuda.is_available() is False{visible_devices_note()}). {CPU_FIX}"
+            f"trainer.accelerator={accelerator} (trainer=gpu / trainer=ddp / trainer=fsdp): no CUDA GPU is visible "
+            f"here (torch.cuda.is_available() is False{visible_devices_note()}). {CPU_FIX}"
         )
     devices = trainer_cfg.get("devices")
     visible = torch.cuda.device_count() if cuda and accelerator != "mps" else 1
