@@ -297,7 +297,10 @@ def main(argv: list[str] | None = None) -> int:
         return statistics.median(results[config][key] for results in rounds)
 
     def ratios(config: str, key: str) -> list[float]:
-        return [results[config][key] / results[ANCHOR][key] for results in rounds]
+        # a peak no higher than the baseline (possible only for a tiny model, e.g. the test's) has no ratio
+        return [
+            results[config][key] / results[ANCHOR][key] if results[ANCHOR][key] > 0 else math.nan for results in rounds
+        ]
 
     def ratio(config: str, key: str) -> float:
         return statistics.median(ratios(config, key))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -55,13 +56,18 @@ def test_the_benchmark_writes_ratio_rows_against_full_fine_tuning_padded(script,
     assert full["trainable"] == full["parameters"] and 0 < lora["trainable"] < full["parameters"] / 2
     assert lora["adapter"] and lora["gradient_checkpointing"] and lora["padding_free"] and not full["padding_free"]
     assert full["optimizer_state_mib"] > lora["optimizer_state_mib"] > 0  # AdamW's moments of the trained weights
-    assert all(c["increase_mib"] > 0 and c["seconds_per_step"] > 0 for c in timed)
+    # children run in this (xdist worker's) process here: its earlier tests' freed memory can leave the peak at or
+    # under the baseline, so only the time is checked for sign; the real runs each get a fresh process
+    assert all(c["seconds_per_step"] > 0 and math.isfinite(c["increase_mib"]) for c in timed)
 
     rows = json.loads((tmp_path / "results" / "decoder_step.json").read_text())
     assert [r["figure"].rsplit(", ", 1)[1] for r in rows] == ["s/step", "peak memory MiB (RSS increase)"]
     for r in rows:
         assert r["anchor"] == "full fine-tuning, padded, same run" and r["passed"] is None
-        assert r["ratio"] == pytest.approx(r["value"] / r["anchor_value"])  # one round: the median is that ratio
+        if r["anchor_value"] > 0:  # one round: the median is that ratio
+            assert r["ratio"] == pytest.approx(r["value"] / r["anchor_value"])
+        else:  # a memory anchor at or under the baseline has no ratio (in-process children only)
+            assert math.isnan(r["ratio"])
     report = out.read_text()
     assert "Tokens/s and MFU on a GPU: not measured here" in report
     assert report.strip() in capsys.readouterr().out
