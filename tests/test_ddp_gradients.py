@@ -83,7 +83,13 @@ def configs(tmp_path_factory) -> dict[str, dict]:
 
 def test_ddp_step_equals_one_process_on_the_global_batch(configs):
     reference = build(configs["infonce"])
-    batch = dict(reference.encoder.tokenizer(SENTENCES, padding=True, return_tensors="pt"))
+    assert_ddp_equals_one_process(
+        configs, dict(reference.encoder.tokenizer(SENTENCES, padding=True, return_tensors="pt"))
+    )
+
+
+def assert_ddp_equals_one_process(configs: dict, batch: dict) -> None:
+    """Each config's step on 2 gloo processes (half the batch each) equals the plain step on the whole batch."""
     out = mp.Manager().dict()
     mp.spawn(_worker, args=(2, _free_port(), configs, batch, out), nprocs=2, join=True)
     for name, config in configs.items():

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from transformers import LlamaModel, PreTrainedTokenizerFast
@@ -35,6 +34,7 @@ from sentemb.losses import available
 from sentemb.training.checks import prepare_run
 from sentemb.training.module import SentembModule
 from tests.conftest import compose_train
+from tests.test_padding_free import SENTENCES
 
 FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "gemma"]
 DIRECTIONS = {"causal": False, "bidirectional": True}
@@ -47,13 +47,6 @@ POOLINGS = {
     "latent": {"_target_": "sentemb.encoders.decoder_pooling.LatentAttentionPooling", "num_latents": 4, "num_heads": 2},
     "prompt_eol": {"_target_": "sentemb.encoders.decoder_pooling.PromptEOLPooling"},
 }
-SENTENCES = [
-    "a man is playing a guitar on the corner of a busy street in the rain .",
-    "hi",
-    "two dogs run through the snow",
-    "stocks fell sharply on monday after the central bank raised its rates again .",
-    "the cat sits on the mat",
-]
 ALONE = [1, 2, 4]  # the padded rows encoded alone too (the longest row has no padding under either side)
 EOS = 2  # tiny_decoder_tokenizer's </s>
 # another batch (row count, lengths) computes a row in other float32 GEMM and SDPA blocks: last bits, ~1e-7
@@ -444,7 +437,7 @@ def test_grad_cache_with_checkpointing_equals_the_plain_step_without_dropout(
 @pytest.mark.slow
 def test_ddp_step_of_tiny_llama_equals_one_process_on_the_global_batch(tmp_path):
     from tests.test_ddp_gradients import SENTENCES as DDP_SENTENCES
-    from tests.test_ddp_gradients import _free_port, _worker, build, gradients
+    from tests.test_ddp_gradients import assert_ddp_equals_one_process, build
 
     variants = {
         "last_token+infonce": ["pooling=last_token", "loss=infonce"],
@@ -459,20 +452,7 @@ def test_ddp_step_of_tiny_llama_equals_one_process_on_the_global_batch(tmp_path)
     reference = build(configs["last_token+infonce"])
     batch = dict(reference.encoder.tokenizer(DDP_SENTENCES, padding=True, return_tensors="pt"))
     assert reference.encoder.tokenizer.padding_side == "left" and not batch["attention_mask"][:, 0].all()
-    out = mp.Manager().dict()
-    mp.spawn(_worker, args=(2, _free_port(), configs, batch, out), nprocs=2, join=True)
-    for name, config in configs.items():
-        single = build({**config, "grad_cache": None})
-        backward, total, _ = single.step_loss(batch)
-        backward.backward()
-        expected = gradients(single)
-        for rank in (0, 1):
-            loss, grads = out[(rank, name)]
-            # 4-row vs 8-row batches and DDP's all-reduce order: float32, ~1e-7
-            torch.testing.assert_close(loss, total.detach(), rtol=1e-5, atol=1e-5, msg=f"{name} loss, rank {rank}")
-            assert grads.keys() == expected.keys(), name
-            for param, grad in grads.items():
-                torch.testing.assert_close(grad, expected[param], rtol=1e-5, atol=1e-5, msg=f"{name}: {param}")
+    assert_ddp_equals_one_process(configs, batch)
 
 
 # --------------------------------------------------------------------------- config-time refusals

