@@ -45,6 +45,7 @@ def script(monkeypatch, tmp_path):
     return module
 
 
+@pytest.mark.slow  # the whole benchmark on a tiny decoder, ~6 s
 def test_the_benchmark_writes_ratio_rows_against_full_fine_tuning_padded(script, tmp_path, capsys):
     out = tmp_path / "decoder_step.md"
     argv = [*TINY, "--rounds=1", "--steps=1", "--warmup=1", "--configs=full_padded,lora_gc", f"--out={out}"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -66,6 +67,7 @@ def _rng_worker(rank: int, world: int, port: int, out: dict) -> None:
     dist.destroy_process_group()
 
 
+@pytest.mark.slow  # two spawned processes, ~11 s
 def test_every_rank_resumes_its_own_random_stream():
     out = mp.Manager().dict()
     mp.spawn(_rng_worker, args=(2, _free_port(), out), nprocs=2, join=True)
