@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from sentemb.eval.deployed import cpu_name
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RESULTS = HERE / "results"
@@ -65,11 +67,7 @@ TRAINING_STUDIES = ("loss_study.py", "encoder_variants.py")
 
 
 def machine() -> str:
-    cpu = platform.processor() or "?"
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if "model name" in line]
-        cpu = names[0] if names else cpu
+    cpu = cpu_name()
     gpu = f", GPU {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
     return f"{cpu}, {os.cpu_count()} cores{gpu}, torch {torch.__version__}, Python {platform.python_version()}"
 

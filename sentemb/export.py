@@ -36,15 +36,18 @@ from omegaconf import DictConfig, OmegaConf
 from safetensors.torch import load_file, save_file
 
 from sentemb.common.errors import SentembConfigError
-from sentemb.common.hydra_plumbing import target_name
-from sentemb.common.paths import CONF_DIR
+from sentemb.common.hydra_plumbing import resolved_container, target_name
+from sentemb.common.paths import CONF_DIR, resolve_data_root
 from sentemb.common.process import configure_process
 from sentemb.encoders.adapters import is_adapted, merged
 from sentemb.encoders.backbones import check_model
 from sentemb.encoders.build import is_decoder_config
 from sentemb.encoders.checkpoint import model_label
 from sentemb.encoders.encoder import SentenceEncoder
+from sentemb.encoders.onnx_embedder import RECIPE, OnnxEncoder
+from sentemb.encoders.onnx_graph import check_graph_parts, write_onnx_folder
 from sentemb.encoders.pooling import CLSPooling, MeanPooling, mlp_linear
+from sentemb.eval.deployed import ArtefactCheck, artefact_table
 from sentemb.eval.report import markdown_report
 from sentemb.eval.suite import evaluate, load_encoder, served_checkpoint
 from sentemb.st_modules import FolderConfig, SentembEncoder, folder_model, save_sentemb_parts
@@ -286,6 +289,7 @@ def export(cfg: DictConfig) -> Path:
     checkpoint = served_checkpoint(cfg)  # read and checked once, before any model is built
     if cfg.get("adapter_only"):
         check_adapter_only(cfg, checkpoint)
+    artefact_check = check_format(cfg, checkpoint)  # format=onnx: its options, pooling and STS-B files
     encoder, source, hparams = load_encoder(cfg, torch.device("cpu"), checkpoint)
     # the run's, for the card
     source.update({k: hparams[k] for k in ("adapter", "loss", "optimizer", "scheduler") if hparams.get(k)})
@@ -310,10 +314,89 @@ def export(cfg: DictConfig) -> Path:
         model.save(str(out), model_name=name)
         custom = any(type(module).__module__ == "sentemb.st_modules" for module in model)
         usage, library, written = folder_usage(source, custom), "sentence-transformers", "sentence-transformers folder"
+        if cfg.get("format") == "onnx":
+            usage += onnx_section(encoder, out, cfg.export.quantize, custom, artefact_check, short(source["pooling"]))
+            written += " with its ONNX graph"
     (out / "README.md").write_text(model_card(name, source, results, commands, usage, library))
     readable_by_all(out)
     print(f"{name}: {written} written to {out}")
     return out
+
+
+FORMATS = ("sentence-transformers", "onnx")
+
+
+def check_format(cfg: DictConfig, checkpoint: dict[str, Any] | None) -> ArtefactCheck | None:
+    """format= and export.quantize, and for format=onnx its pooling and the STS-B files export.measure reads, all
+    checked before any model loads; the STS-B check to run (None: not measured, or not format=onnx)."""
+    fmt, quantize = cfg.get("format", FORMATS[0]), OmegaConf.select(cfg, "export.quantize")
+    if fmt not in FORMATS:
+        raise SentembConfigError(f"format={fmt!r}: use sentence-transformers (the default) or onnx")
+    if fmt != "onnx":
+        if quantize:
+            raise SentembConfigError(f"export.quantize={quantize} quantises an ONNX graph. Fix: add format=onnx")
+        return None
+    if cfg.get("adapter_only"):
+        raise SentembConfigError(
+            "format=onnx with adapter_only=true: an ONNX graph holds the whole model (the adapter merged), not an "
+            "adapter. Fix: drop adapter_only=true"
+        )
+    parts = (
+        checkpoint["hyper_parameters"]
+        if checkpoint
+        else {k: resolved_container(cfg.get(k)) for k in ("pooling", "head")}
+    )
+    check_graph_parts(parts["pooling"], parts.get("head"), quantize)
+    if not OmegaConf.select(cfg, "export.measure", default=True):
+        return None
+    return ArtefactCheck(resolve_data_root(cfg.paths.data_dir) / "senteval" / "downstream" / "STS" / "STSBenchmark")
+
+
+def onnx_section(
+    encoder: SentenceEncoder, out: Path, quantize: str | None, custom: bool, check: ArtefactCheck | None, pooling: str
+) -> list[str]:
+    """Write the ONNX graph(s), the loader and its recipe into `out`; the model card's lines about them. The encoder
+    is made float32 (the graph's precision, and the reference the artefacts are measured against)."""
+    graphs = write_onnx_folder(encoder, out, quantize)
+    rows = RECIPE_WORDS[json.loads((out / RECIPE).read_text())["rows"]["kind"]]
+    lines = [
+        "",
+        "## ONNX: the pooling inside the graph",
+        "",
+        f"`{graphs['fp32']}` maps token ids to the sentence embedding (output `sentence_embedding`) with the "
+        f"{pooling} pooling inside the graph"
+        + (f"; `{graphs['int8']}` is its int8 form (ONNX Runtime's dynamic quantisation)." if quantize else ".")
+        + " `sentemb_onnx.py` embeds with it and needs only numpy, onnxruntime and tokenizers (no torch, no sentemb):",
+        "",
+        "```python",
+        "from sentemb_onnx import load  # the folder's sentemb_onnx.py, beside your code or on sys.path",
+        "model = load('<this folder>')"
+        + ("  # load('<this folder>', file='onnx/model_qint8.onnx'): int8" if quantize else ""),
+        "vectors = model.embed(['A sentence.', 'Another one.'])  # float32, one row per sentence",
+        "```",
+        "",
+        f"Before the graph, {rows} (`sentemb_onnx.json`: `rows`). Scored as deployed, on SentEval: "
+        "`python -m sentemb.evaluate onnx=<this folder> tasks=sts` (`onnx=<this folder>/onnx/model_qint8.onnx`: int8).",
+    ]
+    if not custom:
+        lines += [
+            "",
+            "The folder is also sentence-transformers' ONNX layout: `SentenceTransformer('<this folder>', "
+            "backend='onnx')` reads the graph's `last_hidden_state` output and pools it with its own Pooling module "
+            "(`model_kwargs={'file_name': 'onnx/model_qint8.onnx'}` for int8); it needs `sentence-transformers[onnx]`.",
+        ]
+    if check is not None:
+        files = {"torch": "model.safetensors", **{f"onnx {k}": v for k, v in graphs.items()}}
+        artefacts = {f"onnx {k}": OnnxEncoder(out, file=v) for k, v in graphs.items()}
+        lines += ["", "### Measured", "", *artefact_table(check.measure(encoder, artefacts), files, out)]
+    return lines
+
+
+RECIPE_WORDS = {
+    "plain": "each sentence is tokenised as the tokenizer does it",
+    "append": "each sentence is tokenised and EOS appended where the tokenizer did not end it with EOS",
+    "template": "each sentence's tokens are placed in the pooling's prompt template (cut to fit its max_length)",
+}
 
 
 def check_adapter_only(cfg: DictConfig, checkpoint: dict[str, Any] | None) -> None:

@@ -26,12 +26,34 @@ WARNINGS = {
     r"FSDP2-wrapped module \(FSDPSentenceEncoder\) returned a view tensor.*": "trainer=fsdp: SARCSE's embedding is a "
     "reshaped view; sentemb changes no training output in place, and the sharded gradients equal one process's "
     "(tests/test_fsdp.py)",
+    r".*The axis name: \w+ will not be used, since it shares the same shape constraints.*": "format=onnx names the "
+    "batch and sequence axes of every graph input alike; torch's exporter keeps one name per axis, as wanted",
+}
+
+# loggers whose lines below a level are dropped → (that level, why)
+QUIET_LOGGERS = {
+    "onnx_ir": (logging.WARNING, "format=onnx: the ONNX IR's optimisation passes log each initializer they merge"),
+    "onnxscript": (logging.WARNING, "format=onnx: onnxscript's rewriter logs each rule and constant it folds"),
+    "torch.onnx._internal.exporter._registration": (
+        logging.ERROR,
+        "format=onnx: torch's exporter warns that torchvision's operators are not registered; sentemb has none",
+    ),
 }
 
 # Lightning's info lines (the start of the message) → why they are dropped
 LIGHTNING_LINES = {
     "💡 Tip:": "an advertisement for Lightning's cloud logger",
     "Loading `train_dataloader` to estimate number of stepping batches": "the scheduler's length, computed every run",
+}
+
+# lines libraries log through the root logger (the start of the message) → why they are dropped
+ROOT_LINES = {
+    "Quantization parameters for tensor": "ONNX Runtime's dynamic quantisation (export.quantize=int8) computes "
+    "activation scales at run time by design; it logs one line per tensor it therefore leaves without them",
+    "Ignore MatMul due to non constant B": "attention's activation x activation products, which export.quantize=int8 "
+    "keeps in float on purpose (MatMulConstBOnly)",
+    "Please consider to run pre-processing before quantization": "ONNX Runtime's advice for static quantisation "
+    "with calibration data; export.quantize=int8 is dynamic and measured against fp32 in the model card",
 }
 
 
@@ -66,6 +88,11 @@ def silence_known_noise() -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(f, DropLines) for f in logger.filters):
             logger.addFilter(DropLines(list(LIGHTNING_LINES)))
+    for name, (level, _) in QUIET_LOGGERS.items():
+        logging.getLogger(name).setLevel(level)
+    root = logging.getLogger()
+    if not any(isinstance(f, DropLines) for f in root.filters):
+        root.addFilter(DropLines(list(ROOT_LINES)))
     loading = logging.getLogger("transformers.modeling_utils")
     if not any(isinstance(f, DropPoolerOnlyReport) for f in loading.filters):
         loading.addFilter(DropPoolerOnlyReport())

@@ -157,13 +157,18 @@ def check_head_fits(model: dict, head: dict | None) -> None:
         )
 
 
+def part_class(key: str, node: dict | None) -> Any:
+    """The class (or loader) a `key` part config names (checked, nothing built), or None for no config."""
+    if not node:
+        return None
+    target, _ = checked_part(key, node)
+    module, name = PARTS[key][target]
+    return getattr(module, name)
+
+
 def head_class(head: dict | None) -> Any:
     """The class a head config names (checked), or None."""
-    if not head:
-        return None
-    target, _ = checked_part("head", head)
-    module, name = PARTS["head"][target]
-    return getattr(module, name)
+    return part_class("head", head)
 
 
 def attach_head(pooler: Any, head: Any) -> Any:

@@ -16,6 +16,8 @@ under left padding, right padding and padding-free batches (whose states come ba
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
@@ -83,6 +85,11 @@ class LastTokenPooling(DecoderPooling):
             return batch
         rows = [ids if ids and ids[-1] == eos else [*ids, eos] for ids in real_ids(batch)]
         return padded(rows, batch, tokenizer)
+
+    def serving_rows(self, tokenizer: PreTrainedTokenizerBase) -> dict[str, Any]:
+        """`prepare`'s EOS appended to each sentence that does not end with it."""
+        eos = tokenizer.eos_token_id
+        return {"kind": "append", "token": eos} if self.append_eos and eos is not None else {"kind": "plain"}
 
     def forward(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor], train_head: bool = False) -> torch.Tensor:
         return last_real_state(hidden, batch["attention_mask"])
@@ -162,17 +169,26 @@ class PromptEOLPooling(DecoderPooling):
         self.template = check_eol_template(template)
         self.max_length = max_length
 
-    def prepare(self, batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase) -> dict[str, torch.Tensor]:
+    def serving_rows(self, tokenizer: PreTrainedTokenizerBase) -> dict[str, Any]:
+        """The template's pieces: what the tokenizer puts before any text (Llama's <s>, Qwen nothing), the text
+        before and after [X], the special tokens stripped from the sentence, and the length it is cut to fit."""
         before, after = (tokenizer(part, add_special_tokens=False)["input_ids"] for part in self.template.split("[X]"))
-        start = tokenizer("")["input_ids"]  # what the tokenizer puts before any text (Llama's <s>, Qwen nothing)
+        start = tokenizer("")["input_ids"]
         specials = {tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id} - {None}
-        room = (self.max_length or model_max_length(tokenizer)) - len(start) - len(before) - len(after)
-        if room < 1:
+        limit = self.max_length or model_max_length(tokenizer)
+        if limit - len(start) - len(before) - len(after) < 1:
             raise SentembConfigError(
                 f"pooling.template takes {len(start) + len(before) + len(after)} tokens, leaving no room for the "
                 "sentence. Fix: a shorter pooling.template or a larger pooling.max_length"
             )
-        rows = [[*start, *before, *[i for i in ids if i not in specials][:room], *after] for ids in real_ids(batch)]
+        pieces = {"start": start, "prefix": before, "suffix": after, "end": []}
+        return {"kind": "template", **pieces, "strip": sorted(specials), "replace": {}, "max_length": limit}
+
+    def prepare(self, batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase) -> dict[str, torch.Tensor]:
+        t = self.serving_rows(tokenizer)  # one description of the rows, here and in an ONNX export's loader
+        head, tail, strip = t["start"] + t["prefix"], t["suffix"], set(t["strip"])
+        room = t["max_length"] - len(head) - len(tail)
+        rows = [[*head, *[i for i in ids if i not in strip][:room], *tail] for ids in real_ids(batch)]
         return padded(rows, batch, tokenizer)
 
     def forward(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor], train_head: bool = False) -> torch.Tensor:

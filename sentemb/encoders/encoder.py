@@ -53,8 +53,12 @@ class SentenceEncoder(nn.Module):
         inputs = {k: v for k, v in prepared.items() if k in BACKBONE_INPUTS}
         if self.padding_free and worth_packing(inputs["attention_mask"]):
             return padding_free_states(self.backbone, inputs)
+        return self.padded_states(inputs)
+
+    def padded_states(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The backbone's token states of a padded batch (its inputs only: BACKBONE_INPUTS)."""
         if self.explicit_positions:
-            inputs["position_ids"] = position_ids(inputs["attention_mask"], self.backbone).clamp(min=0)
+            inputs = {**inputs, "position_ids": position_ids(inputs["attention_mask"], self.backbone).clamp(min=0)}
         return self.backbone(**inputs).last_hidden_state
 
     def training_batch(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -50,6 +50,12 @@ def segment_weights(lengths: list[int], owner: list[int], weighting: str) -> lis
 
 
 class HiCLPooling(Pooling):
+    graph_refusal = (
+        "format=onnx with pooling=hicl: HiCL splits every sentence into segments before the encoder and weights the "
+        "segments' vectors by their lengths, so one sentence is several graph rows and one ONNX graph cannot embed it. "
+        "Fix: export without format=onnx (a sentence-transformers folder)"
+    )
+
     def __init__(
         self,
         hidden_size: int,

@@ -14,7 +14,7 @@ none for BERT, weight and bias drawn from N(0, 6e-3)).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import torch
 from torch import nn
@@ -48,6 +48,22 @@ class Pooling(nn.Module):
 
     def prepare(self, batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase) -> dict[str, torch.Tensor]:
         """The backbone's input rows for a tokenised batch (a template, segments), plus what later calls read."""
+        return batch
+
+    # why this pooling cannot be one ONNX graph (format=onnx refuses it, naming this), or None
+    graph_refusal: str | None = None
+
+    def serving_rows(self, tokenizer: PreTrainedTokenizerBase) -> dict[str, Any]:
+        """How an ONNX export lays out a tokenised sentence before its graph, as `prepare` does (the `rows` of
+        encoders/onnx_embedder.py): by default the tokenizer's ids as they are."""
+        if self.graph_refusal:
+            raise SentembConfigError(self.graph_refusal)
+        return {"kind": "plain"}
+
+    def graph_batch(
+        self, batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase
+    ) -> dict[str, torch.Tensor]:
+        """What `forward` reads, computed from prepared rows alone (inside an ONNX graph); by default the rows."""
         return batch
 
     def with_head(self, head: Pooling) -> Pooling:
@@ -188,6 +204,20 @@ class PromptPooling(Pooling):
             content = template.content([i for i, k in zip(ids, keep, strict=True) if k])
             rows.append(template.wrap(content, limit))
         return rebatch(rows, batch, tokenizer.pad_token_id, template.mask_token_id)
+
+    def serving_rows(self, tokenizer: PreTrainedTokenizerBase) -> dict[str, Any]:
+        """`prepare`'s template at the token level: specials stripped, a literal mask token made [UNK], cut to fit."""
+        t = TokenTemplate.build(tokenizer, self.template)
+        replace = {} if t.unk_token_id is None else {str(t.mask_token_id): t.unk_token_id}
+        limit = self.max_length or model_max_length(tokenizer)
+        rows = {"start": t.start, "prefix": t.prefix, "suffix": t.suffix, "end": t.end}
+        return {"kind": "template", **rows, "strip": sorted(t.strip_ids), "replace": replace, "max_length": limit}
+
+    def graph_batch(
+        self, batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase
+    ) -> dict[str, torch.Tensor]:
+        """The mask position read from the ids (each templated row holds exactly one mask token), as `rebatch`."""
+        return {**batch, "mask_position": (batch["input_ids"] == tokenizer.mask_token_id).int().argmax(dim=1)}
 
     def forward(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor], train_head: bool = False) -> torch.Tensor:
         if "mask_position" not in batch:

@@ -43,6 +43,12 @@ KERNELS = (3, 4, 5)
 
 
 class SARCSEHead(Pooling):
+    graph_refusal = (
+        "format=onnx with head=sarcse: SARCSE's TextCNN lays out each batch at the width of its longest sentence's "
+        "content tokens, a shape read from the data that torch's ONNX exporter cannot keep dynamic. "
+        "Fix: export without format=onnx (a sentence-transformers folder)"
+    )
+
     def __init__(
         self,
         hidden_size: int,

@@ -21,7 +21,7 @@ def score_table(scores: dict[str, float]) -> list[str]:
 
 def markdown_report(results: dict[str, Any]) -> str:
     source = results["source"]
-    what = source.get("checkpoint") or model_label(source["model"])
+    what = source.get("checkpoint") or onnx_label(source) or model_label(source["model"])
     lines = [f"# SentEval results: {what}", "", f"pooling: `{source['pooling'].get('_target_', '?')}`"]
     if "sts_table" in results:
         lines += ["", "## STS (Spearman ×100; STS12–16 'all', STS-B and SICK-R test)", ""]
@@ -55,3 +55,8 @@ def markdown_report(results: dict[str, Any]) -> str:
         if "MRPC" in transfer:
             lines.append(f"\nMRPC test F1: {transfer['MRPC']['f1']:.2f}")
     return "\n".join(lines)
+
+
+def onnx_label(source: dict) -> str | None:
+    """An ONNX export's folder and the graph evaluated in it (sentemb.evaluate onnx=)."""
+    return f"{source['onnx']}/{source['graph']} (ONNX Runtime)" if source.get("onnx") else None

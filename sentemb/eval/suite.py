@@ -22,6 +22,7 @@ from sentemb.common.wandb_mode import wandb_mode
 from sentemb.encoders.build import build_encoder, check_checkpoint_parts, encoder_from_checkpoint
 from sentemb.encoders.checkpoint import model_label, read_checkpoint
 from sentemb.encoders.encoder import SentenceEncoder
+from sentemb.encoders.onnx_embedder import RECIPE, OnnxEncoder
 from sentemb.eval.cache import EmbeddingCache
 from sentemb.eval.figures import similarity_density_figure
 from sentemb.eval.geometry import alignment_uniformity
@@ -76,6 +77,10 @@ def load_encoder(
 ) -> tuple[SentenceEncoder, dict[str, Any], dict[str, Any]]:
     """The checkpoint's own encoder + pooling (`checkpoint`: already read by `served_checkpoint`), or model= with
     pooling=: (encoder, its source for the record, the checkpoint's hyper-parameters or {})."""
+    if cfg.get("onnx"):
+        encoder = onnx_artefact(cfg)
+        graph = str(encoder.file.relative_to(encoder.folder))
+        return encoder, {"onnx": str(encoder.folder), "graph": graph, "pooling": {"_target_": encoder.pooling}}, {}
     if cfg.checkpoint:
         path = Path(cfg.checkpoint).expanduser()
         encoder, hparams = encoder_from_checkpoint(checkpoint or served_checkpoint(cfg), device)
@@ -86,7 +91,24 @@ def load_encoder(
     return build_encoder(model, pooling, head).to(device), {"model": model, "pooling": pooling, "head": head}, {}
 
 
+def onnx_artefact(cfg: DictConfig) -> OnnxEncoder:
+    """onnx=: an exported folder (its fp32 graph) or a .onnx file inside one, through the folder's loader."""
+    path = Path(cfg.onnx).expanduser()
+    folders = [path] if path.is_dir() else [p for p in path.parents if (p / RECIPE).is_file()][:1]
+    if not path.exists() or not folders or not (folders[0] / RECIPE).is_file():
+        raise SentembConfigError(
+            f"onnx={cfg.onnx}: not a folder written by `python -m sentemb.export format=onnx` (no {RECIPE} in it) nor "
+            "a .onnx file inside one. Fix: onnx=<that folder> or onnx=<that folder>/onnx/model_qint8.onnx"
+        )
+    file = str(path.relative_to(folders[0])) if path.is_file() else None
+    return OnnxEncoder(folders[0], file=file)
+
+
 def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
+    if cfg.get("onnx") and cfg.get("checkpoint"):
+        raise SentembConfigError(
+            f"onnx={cfg.onnx} with checkpoint={cfg.checkpoint}: evaluate one of them. Fix: drop checkpoint= or onnx="
+        )
     checkpoint = served_checkpoint(cfg)  # first: a bad or mismatched checkpoint costs nothing else
     tasks = resolve_tasks(cfg.tasks)
     senteval_dir = resolve_data_root(cfg.paths.data_dir) / "senteval" / "downstream"
@@ -137,7 +159,7 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
 
 def describe(source: dict[str, Any]) -> str:
     pooling = target_name(source["pooling"]) or "?"
-    name = Path(source["checkpoint"]).name if source.get("checkpoint") else model_label(source["model"])
+    name = Path(source.get("checkpoint") or source.get("onnx") or "").name or model_label(source["model"])
     head = target_name(source.get("head"))
     return f"{name}, {pooling}" + (f" + {head}" if head else "")
 

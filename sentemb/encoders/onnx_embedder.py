@@ -1,0 +1,126 @@
+"""Sentence embeddings from an ONNX folder written by `python -m sentemb.export format=onnx`.
+
+This file is copied verbatim into every such folder as `sentemb_onnx.py`: it needs only numpy,
+onnxruntime and tokenizers (no torch, no transformers, no sentemb) and runs nothing it reads.
+
+    from sentemb_onnx import load
+    model = load("<folder>")                      # onnx/model.onnx; file="onnx/model_qint8.onnx" for int8
+    vectors = model.embed(["A sentence.", ...])   # (n, dim) float32
+
+The graph maps token ids to the sentence embedding with the pooling inside it. What happens before
+the graph is the pooling's token-level preparation, described by `sentemb_onnx.json` (`rows`):
+- `plain`: the tokenizer's ids as they are (CLS, mean, weighted mean, latent);
+- `append`: a token (EOS) added to each sentence that does not end with it (last-token pooling);
+- `template`: the sentence's ids with `strip` removed and `replace` applied, cut to what fits in
+  `max_length`, between `start + prefix` and `suffix + end` (prompt-[MASK], PromptEOL).
+Rows are padded on `padding_side` with `pad_token_id`; sentences go through the graph longest first,
+`batch_size` at a time (little padding), and come back in the input order.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+from tokenizers import Tokenizer
+
+RECIPE = "sentemb_onnx.json"
+FORMAT = 1
+
+
+class OnnxEncoder:
+    """An exported folder's graph and tokenizer; `embed` / `encode` give float32 sentence embeddings."""
+
+    def __init__(
+        self,
+        folder: str | Path,
+        file: str | None = None,
+        providers: Sequence[str] | None = None,
+        threads: int | None = None,
+    ) -> None:
+        self.folder = Path(folder)
+        recipe_path = self.folder / RECIPE
+        if not recipe_path.is_file():
+            raise FileNotFoundError(f"{recipe_path} not found: {self.folder} is not a sentemb ONNX export")
+        self.recipe = json.loads(recipe_path.read_text())
+        if self.recipe.get("format") != FORMAT:
+            raise ValueError(f"{recipe_path}: format {self.recipe.get('format')!r}, this loader reads {FORMAT}")
+        self.file = self.folder / (file or self.recipe["graphs"]["fp32"])
+        if not self.file.is_file():
+            raise FileNotFoundError(f"{self.file} not found; the folder holds {sorted(self.recipe['graphs'].values())}")
+        options = ort.SessionOptions()
+        if threads:
+            options.intra_op_num_threads = threads
+        self.session = ort.InferenceSession(
+            str(self.file), options, providers=list(providers or ["CPUExecutionProvider"])
+        )
+        self.tokenizer = Tokenizer.from_file(str(self.folder / "tokenizer.json"))
+        self.tokenizer.no_padding()  # padding and truncation are done here, as sentemb's encode() does them
+        self.tokenizer.no_truncation()
+        self.inputs = [i.name for i in self.session.get_inputs()]
+        self.dimension = int(self.recipe["dimension"])
+        self.pooling = self.recipe.get("pooling", "?")  # the pooling inside the graph (its sentemb class)
+
+    def rows(self, sentences: Sequence[str], max_length: int | None = None) -> list[list[int]]:
+        """The graph's input ids of each sentence, before padding."""
+        if max_length is not None:
+            self.tokenizer.enable_truncation(max_length)
+        try:
+            ids = [e.ids for e in self.tokenizer.encode_batch(list(sentences), add_special_tokens=True)]
+        finally:
+            self.tokenizer.no_truncation()
+        rows = self.recipe["rows"]
+        if rows["kind"] == "plain":
+            return ids
+        if rows["kind"] == "append":
+            token = rows["token"]
+            return [i if i and i[-1] == token else [*i, token] for i in ids]
+        if rows["kind"] == "template":
+            strip, replace = set(rows["strip"]), {int(k): v for k, v in rows["replace"].items()}
+            head, tail = rows["start"] + rows["prefix"], rows["suffix"] + rows["end"]
+            room = rows["max_length"] - len(head) - len(tail)
+            return [[*head, *[replace.get(t, t) for t in i if t not in strip][:room], *tail] for i in ids]
+        raise ValueError(f"{self.folder / RECIPE}: unknown rows kind {rows['kind']!r}")
+
+    def batch(self, rows: list[list[int]]) -> dict[str, np.ndarray]:
+        """Padded int64 inputs of the graph for these rows."""
+        length = max(len(r) for r in rows)
+        ids = np.full((len(rows), length), self.recipe["pad_token_id"], dtype=np.int64)
+        mask = np.zeros((len(rows), length), dtype=np.int64)
+        left = self.recipe["padding_side"] == "left"
+        for n, row in enumerate(rows):
+            cut = slice(length - len(row), length) if left else slice(0, len(row))
+            ids[n, cut], mask[n, cut] = row, 1
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        return {name: feeds[name] for name in self.inputs}
+
+    def encode(
+        self,
+        sentences: Sequence[str],
+        batch_size: int = 32,
+        max_length: int | None = None,
+        show_progress: bool = False,
+    ) -> np.ndarray:
+        """(len(sentences), dimension) float32; no truncation unless `max_length` (sentemb's encode() arguments)."""
+        unique = list(dict.fromkeys(sentences))
+        out = np.zeros((len(unique), self.dimension), dtype=np.float32)
+        if unique:
+            rows = self.rows(unique, max_length)
+            order = sorted(range(len(unique)), key=lambda i: -len(rows[i]))
+            for start in range(0, len(order), batch_size):
+                chunk = order[start : start + batch_size]
+                out[chunk] = self.session.run(["sentence_embedding"], self.batch([rows[i] for i in chunk]))[0]
+        at = {sentence: i for i, sentence in enumerate(unique)}
+        return out[[at[s] for s in sentences]]
+
+    def embed(self, sentences: Sequence[str], batch_size: int = 32) -> np.ndarray:
+        """Sentence embeddings, float32, one row per sentence (not normalised: the cosine is the similarity)."""
+        return self.encode(sentences, batch_size=batch_size)
+
+
+def load(folder: str | Path, file: str | None = None, threads: int | None = None) -> OnnxEncoder:
+    """The folder's fp32 graph, or `file` (e.g. "onnx/model_qint8.onnx")."""
+    return OnnxEncoder(folder, file=file, threads=threads)

@@ -1,0 +1,166 @@
+"""An encoder as one ONNX graph, token ids to sentence embedding with the pooling inside; its int8 form.
+
+`EmbeddingGraph` is the padded forward of `SentenceEncoder` on rows its pooling has prepared
+(`Pooling.prepare`): the backbone (decoders with their explicit position ids, counted from each
+sentence's first real token) and the pooling, whose per-batch inputs come from the ids alone
+(`Pooling.graph_batch`: the prompt's mask position). The preparation itself (a template, an
+appended EOS) is token-level list work and stays outside the graph, described in the folder's
+`sentemb_onnx.json` (`Pooling.serving_rows`) and done by `onnx_embedder.py`, which the folder ships.
+The graph is exported by torch's ONNX exporter (torch.export, dynamic batch and sequence axes) and
+runs in float32; `quantize_int8` is ONNX Runtime's dynamic quantisation.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from sentemb.common.errors import SentembConfigError
+from sentemb.encoders import onnx_embedder
+from sentemb.encoders.build import part_class
+from sentemb.encoders.encoder import SentenceEncoder
+from sentemb.encoders.onnx_embedder import FORMAT, RECIPE
+
+GRAPH_OUTPUTS = ("sentence_embedding", "last_hidden_state")  # the second is what sentence-transformers' ONNX reads
+# protobuf's 2 GB limit on one file: larger graphs keep their weights in a `.data` file beside them
+SINGLE_FILE_BYTES = 1_800_000_000
+GRAPHS = {"fp32": "onnx/model.onnx", "int8": "onnx/model_qint8.onnx"}  # sentence-transformers' ONNX names
+LOADER = "sentemb_onnx.py"  # onnx_embedder.py, copied into the folder under this name
+QUANTIZE = (None, "int8")
+EXAMPLE = ["a man is playing a guitar on a stage .", "hello"]  # two rows of different lengths: both axes dynamic
+
+
+class EmbeddingGraph(nn.Module):
+    """(input_ids, attention_mask[, token_type_ids]) of prepared, padded rows → (sentence embedding, token states)."""
+
+    def __init__(self, encoder: SentenceEncoder) -> None:
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        batch = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None:
+            batch["token_type_ids"] = token_type_ids
+        hidden = self.encoder.padded_states(batch)
+        pooling = self.encoder.pooling
+        embedding = pooling(hidden, pooling.graph_batch(batch, self.encoder.tokenizer))
+        return embedding.float(), hidden.float()  # similarities are taken in float32
+
+
+def graph_inputs(encoder: SentenceEncoder) -> list[str]:
+    """The graph's inputs: ids and mask, and token_type_ids where the tokenizer gives them (BERT)."""
+    names = ["input_ids", "attention_mask"]
+    return names + (["token_type_ids"] if "token_type_ids" in encoder.tokenizer.model_input_names else [])
+
+
+def serving_recipe(encoder: SentenceEncoder, graphs: dict[str, str], dimension: int) -> dict[str, Any]:
+    """sentemb_onnx.json: how `onnx_embedder.py` turns sentences into the graph's inputs, and the graph files."""
+    tokenizer = encoder.tokenizer
+    if tokenizer.pad_token_id is None:
+        raise SentembConfigError(
+            f"format=onnx: the tokenizer ({type(tokenizer).__name__}) has no pad token, so batches cannot be padded. "
+            "Fix: model.tokenizer.pad_token=<a token of its vocabulary> (decoders: the EOS token)"
+        )
+    return {
+        "format": FORMAT,
+        "graphs": graphs,
+        "inputs": graph_inputs(encoder),
+        "output": GRAPH_OUTPUTS[0],
+        "dimension": dimension,
+        "pooling": f"{type(encoder.pooling).__module__}.{type(encoder.pooling).__name__}",
+        "padding_side": tokenizer.padding_side,
+        "pad_token_id": tokenizer.pad_token_id,
+        "rows": encoder.pooling.serving_rows(tokenizer),
+    }
+
+
+def example_rows(encoder: SentenceEncoder) -> dict[str, torch.Tensor]:
+    """EXAMPLE tokenised and prepared by the pooling, as the graph's inputs."""
+    batch = encoder.pooling.prepare(encoder.tokenizer(EXAMPLE, padding=True, return_tensors="pt"), encoder.tokenizer)
+    return {
+        name: batch[name] if name in batch else torch.zeros_like(batch["input_ids"]) for name in graph_inputs(encoder)
+    }
+
+
+def parameter_bytes(module: nn.Module) -> int:
+    return sum(p.numel() * 4 for p in module.parameters())  # exported in float32
+
+
+def export_graph(encoder: SentenceEncoder, path: Path) -> int:
+    """Write the float32 graph to `path` (weights beside it in `<name>.data` above SINGLE_FILE_BYTES); its output
+    size. The encoder is exported in eval mode and float32."""
+    encoder = encoder.float().eval()
+    graph, inputs = EmbeddingGraph(encoder).eval(), example_rows(encoder)
+    axes = {name: {0: torch.export.Dim("batch"), 1: torch.export.Dim("sequence")} for name in inputs}
+    with torch.no_grad():
+        dimension = graph(**inputs)[0].shape[-1]
+        torch.onnx.export(
+            graph,
+            (),
+            str(path),
+            kwargs=inputs,
+            input_names=list(inputs),
+            output_names=list(GRAPH_OUTPUTS),
+            dynamic_shapes=axes,
+            dynamo=True,
+            external_data=parameter_bytes(encoder) > SINGLE_FILE_BYTES,
+            optimize=True,
+            verbose=False,
+        )
+    return int(dimension)
+
+
+def quantize_int8(source: Path, target: Path) -> None:
+    """ONNX Runtime's dynamic quantisation: int8 weights per output channel, activations quantised per batch.
+
+    7-bit weights (`reduce_range`) keep the u8 x s8 products out of AVX2's saturating 16-bit sums, so the
+    same file gives the same numbers on CPUs with and without VNNI; only weight x activation products are
+    quantised (`MatMulConstBOnly`), never attention's activation x activation ones.
+    """
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(
+        str(source),
+        str(target),
+        weight_type=QuantType.QInt8,
+        per_channel=True,
+        reduce_range=True,
+        extra_options={"MatMulConstBOnly": True},
+        use_external_data_format=source.with_name(source.name + ".data").exists(),
+    )
+
+
+def check_graph_parts(pooling: dict[str, Any], head: dict[str, Any] | None, quantize: str | None) -> None:
+    """format=onnx's options, pooling and head, checked from the configs before any model loads."""
+    if quantize not in QUANTIZE:
+        raise SentembConfigError(
+            f"export.quantize={quantize!r}: use int8 (ONNX Runtime's dynamic quantisation) or null (fp32 only)"
+        )
+    for key, node in (("pooling", pooling), ("head", head)):
+        refusal = getattr(part_class(key, node), "graph_refusal", None)
+        if refusal:
+            raise SentembConfigError(refusal)
+
+
+def write_onnx_folder(encoder: SentenceEncoder, out: Path, quantize: str | None) -> dict[str, str]:
+    """Into `out`: the fp32 graph (and its int8 form), the tokenizer, sentemb_onnx.json and the loader; the graphs
+    written ({"fp32": path, "int8": path} relative to `out`)."""
+    graphs = {name: path for name, path in GRAPHS.items() if name == "fp32" or quantize == name}
+    (out / "onnx").mkdir(parents=True, exist_ok=True)
+    dimension = export_graph(encoder, out / graphs["fp32"])
+    if quantize:
+        quantize_int8(out / graphs["fp32"], out / graphs[quantize])
+    encoder.tokenizer.save_pretrained(
+        str(out)
+    )  # tokenizer.json: what the loader reads (the same files as the folder's)
+    recipe = serving_recipe(encoder, graphs, dimension)
+    (out / RECIPE).write_text(json.dumps(recipe, indent=2) + "\n")
+    shutil.copyfile(onnx_embedder.__file__, out / LOADER)
+    return graphs
