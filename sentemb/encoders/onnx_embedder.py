@@ -14,7 +14,8 @@ the graph is the pooling's token-level preparation, described by `sentemb_onnx.j
 - `template`: the sentence's ids with `strip` removed and `replace` applied, cut to what fits in
   `max_length`, between `start + prefix` and `suffix + end` (prompt-[MASK], PromptEOL).
 Rows are padded on `padding_side` with `pad_token_id`; sentences go through the graph longest first,
-`batch_size` at a time (little padding), and come back in the input order.
+`batch_size` at a time (little padding), and come back in the input order. The session runs ONNX
+Runtime's own graph optimisations, less the `disabled_optimizers` the JSON names.
 """
 
 from __future__ import annotations
@@ -55,7 +56,10 @@ class OnnxEncoder:
         if threads:
             options.intra_op_num_threads = threads
         self.session = ort.InferenceSession(
-            str(self.file), options, providers=list(providers or ["CPUExecutionProvider"])
+            str(self.file),
+            options,
+            providers=list(providers or ["CPUExecutionProvider"]),
+            disabled_optimizers=self.recipe.get("disabled_optimizers") or None,  # measured at export (the recipe's why)
         )
         self.tokenizer = Tokenizer.from_file(str(self.folder / "tokenizer.json"))
         self.tokenizer.no_padding()  # padding and truncation are done here, as sentemb's encode() does them
