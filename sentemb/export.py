@@ -24,6 +24,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -44,7 +45,7 @@ from sentemb.encoders.backbones import check_model
 from sentemb.encoders.build import is_decoder_config
 from sentemb.encoders.checkpoint import model_label
 from sentemb.encoders.encoder import SentenceEncoder
-from sentemb.encoders.onnx_embedder import RECIPE, OnnxEncoder
+from sentemb.encoders.onnx_embedder import OnnxEncoder
 from sentemb.encoders.onnx_graph import check_graph_parts, write_onnx_folder
 from sentemb.encoders.pooling import CLSPooling, MeanPooling, mlp_linear
 from sentemb.eval.deployed import ArtefactCheck, artefact_table
@@ -290,6 +291,21 @@ def export(cfg: DictConfig) -> Path:
     if cfg.get("adapter_only"):
         check_adapter_only(cfg, checkpoint)
     artefact_check = check_format(cfg, checkpoint)  # format=onnx: its options, pooling and STS-B files
+    try:
+        name, written = write_export(cfg, out, checkpoint, artefact_check)
+    except BaseException:  # out was new or empty: what a failed export wrote in it goes, so the command can rerun
+        if out.is_dir():
+            for path in out.iterdir():
+                shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+        raise
+    print(f"{name}: {written} written to {out}")
+    return out
+
+
+def write_export(
+    cfg: DictConfig, out: Path, checkpoint: dict[str, Any] | None, artefact_check: ArtefactCheck | None
+) -> tuple[str, str]:
+    """The checked export written into `out`; (the model's name, what was written)."""
     encoder, source, hparams = load_encoder(cfg, torch.device("cpu"), checkpoint)
     # the run's, for the card
     source.update({k: hparams[k] for k in ("adapter", "loss", "optimizer", "scheduler") if hparams.get(k)})
@@ -319,8 +335,7 @@ def export(cfg: DictConfig) -> Path:
             written += " with its ONNX graph"
     (out / "README.md").write_text(model_card(name, source, results, commands, usage, library))
     readable_by_all(out)
-    print(f"{name}: {written} written to {out}")
-    return out
+    return name, written
 
 
 FORMATS = ("sentence-transformers", "onnx")
@@ -357,8 +372,8 @@ def onnx_section(
 ) -> list[str]:
     """Write the ONNX graph(s), the loader and its recipe into `out`; the model card's lines about them. The encoder
     is made float32 (the graph's precision, and the reference the artefacts are measured against)."""
-    graphs = write_onnx_folder(encoder, out, quantize)
-    rows = RECIPE_WORDS[json.loads((out / RECIPE).read_text())["rows"]["kind"]]
+    recipe = write_onnx_folder(encoder, out, quantize)
+    graphs, rows = recipe["graphs"], RECIPE_WORDS[recipe["rows"]["kind"]]
     lines = [
         "",
         "## ONNX: the pooling inside the graph",

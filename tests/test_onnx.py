@@ -22,14 +22,16 @@ from sentemb.common.hydra_plumbing import compose_config
 from sentemb.encoders.build import build_encoder
 from sentemb.encoders.onnx_embedder import OnnxEncoder
 from sentemb.encoders.onnx_graph import write_onnx_folder
+from sentemb.encoders.prompt import real_ids
 from sentemb.eval.suite import evaluate
 from sentemb.export import export
 from tests.conftest import CONF_DIR
 from tests.parts import TINY_BERT, TINY_ROBERTA
 from tests.test_export import SENTENCES, compose_export
 
-# a literal mask token (prompt pooling makes it [UNK]), a repeated sentence, and lengths from 1 word to ~30 tokens
-MORE = ["This sentence : [MASK] is literal .", "hi", "a b c d e f g h i j k l m n o p q r s t u v w"]
+# a literal mask token (prompt pooling makes it [UNK]), a repeated sentence, an empty one (no tokens at all in a
+# tokenizer without BOS) and lengths from 1 word to ~30 tokens
+MORE = ["This sentence : [MASK] is literal .", "hi", "", "a b c d e f g h i j k l m n o p q r s t u v w"]
 BATCHES = [(SENTENCES + MORE, 32), (SENTENCES + MORE, 3), (MORE[:1], 1), (SENTENCES[:2], 2)]
 # ORT and torch run different float32 kernels on the same weights: last-bit differences, bounded by the issue's 1e-5
 TOLERANCE = 1e-5
@@ -44,7 +46,7 @@ LATENT = conf("pooling", "latent", num_latents=16, num_heads=2)  # NV-Embed's sh
 # name → (model config, pooling config); the fast set covers the mask position read in the graph and a left-padded
 # decoder with EOS appended; make test-slow runs every pooling on every family
 GRAPHS = {
-    "bert-prompt": (TINY_BERT, conf("pooling", "prompt")),
+    "bert-prompt": (TINY_BERT, conf("pooling", "prompt", max_length=16)),  # the template's own cut, too
     "llama-last_token": (conf("model", "tiny-llama"), conf("pooling", "last_token")),
 }
 SLOW_GRAPHS = {
@@ -54,6 +56,8 @@ SLOW_GRAPHS = {
     "roberta-cls": (TINY_ROBERTA, conf("pooling", "cls")),
     "roberta-mean": (TINY_ROBERTA, conf("pooling", "mean")),
     "roberta-prompt": (TINY_ROBERTA, conf("pooling", "prompt")),
+    "bert-prompt-whole": (TINY_BERT, conf("pooling", "prompt")),
+    "llama-prompt_eol-cut": (conf("model", "tiny-llama"), conf("pooling", "prompt_eol", max_length=26)),
     "bert-cls-mlp-always": (TINY_BERT, conf("pooling", "cls", mlp="always")),
     **{
         f"{family}-{pooling}": (conf("model", f"tiny-{family}"), conf("pooling", pooling))
@@ -63,10 +67,18 @@ SLOW_GRAPHS = {
 }
 
 
+def prepared_ids(encoder, sentences: list[str]) -> list[list[int]]:
+    """The rows sentemb's encode() gives the backbone: tokenised, padded, prepared by the pooling, padding dropped."""
+    batch = encoder.tokenizer(sentences, padding=True, return_tensors="pt")
+    return real_ids(encoder.pooling.prepare(batch, encoder.tokenizer))
+
+
 def assert_graph_matches_encode(model: dict, pooling: dict, folder: Path) -> None:
     encoder = build_encoder(model, pooling).eval()
     write_onnx_folder(encoder, folder, quantize=None)
     graph = OnnxEncoder(folder)
+    sentences = SENTENCES + MORE
+    assert graph.rows(sentences) == prepared_ids(encoder, sentences), "the loader's rows are encode()'s, exactly"
     for sentences, batch_size in BATCHES:
         expected = encoder.encode(sentences, batch_size=batch_size)
         np.testing.assert_allclose(graph.encode(sentences, batch_size=batch_size), expected, atol=TOLERANCE, rtol=0)
@@ -140,6 +152,8 @@ def test_the_card_holds_the_measured_table_and_evaluate_scores_the_deployed_grap
     results = evaluate(compose_config(CONF_DIR, "eval", int8, tmp_path / "eval8"), tmp_path / "eval8")
     assert results["source"]["graph"] == "onnx/model_qint8.onnx"
     assert "ONNX Runtime" in (tmp_path / "eval8" / "results.md").read_text()
+    # the same sentences in the same batches as the card's measurement: int8's activation scales are the same too
+    assert results["sts_table"]["STSBenchmark"] == pytest.approx(float(rows["onnx int8"][5]), abs=0.01)
 
 
 @pytest.mark.parametrize(
@@ -161,6 +175,19 @@ def test_what_cannot_be_exported_is_refused_before_any_model_loads(overrides, me
     assert not (tmp_path / "out").exists()
 
 
+def test_a_failed_export_leaves_its_folder_empty_so_the_command_can_run_again(tmp_path, monkeypatch):
+    import sentemb.encoders.onnx_graph as onnx_graph
+
+    def failing_export(*args, **kwargs):
+        raise RuntimeError("the exporter failed")
+
+    monkeypatch.setattr(onnx_graph, "export_graph", failing_export)
+    (tmp_path / "out").mkdir()
+    with pytest.raises(RuntimeError, match="the exporter failed"):
+        export(compose_export(["model=tiny", "format=onnx", "export.measure=false", f"out={tmp_path / 'out'}"]))
+    assert list((tmp_path / "out").iterdir()) == []
+
+
 def test_missing_stsb_files_are_named_before_the_export_starts(tmp_path, monkeypatch):
     import sentemb.eval.suite as suite
 
@@ -180,7 +207,8 @@ def test_evaluate_refuses_what_is_not_an_onnx_export(target, tmp_path):
         "with-checkpoint": [f"onnx={tmp_path / 'plain-folder'}", f"checkpoint={tmp_path / 'x.ckpt'}"],
     }[target]
     cfg = compose_config(CONF_DIR, "eval", [*overrides, "tasks=[STSBenchmark]"], tmp_path / "eval")
-    with pytest.raises(SentembConfigError, match="onnx="):
+    message = "evaluate one of them" if target == "with-checkpoint" else "not a folder written by"
+    with pytest.raises(SentembConfigError, match=message):
         evaluate(cfg, tmp_path / "eval")
 
 

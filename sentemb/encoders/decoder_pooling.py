@@ -23,8 +23,9 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.encoders.onnx_embedder import prepared_rows
 from sentemb.encoders.pooling import Pooling
-from sentemb.encoders.prompt import model_max_length
+from sentemb.encoders.prompt import check_room, model_max_length, real_ids
 
 PROMPTEOL_TEMPLATE = 'This sentence : "[X]" means in one word:"'
 
@@ -37,14 +38,6 @@ def last_real_index(attention_mask: torch.Tensor) -> torch.Tensor:
 
 def last_real_state(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     return hidden[torch.arange(hidden.shape[0], device=hidden.device), last_real_index(attention_mask)]
-
-
-def real_ids(batch: dict[str, torch.Tensor]) -> list[list[int]]:
-    """Each row's real token ids, in order (padding on either side dropped)."""
-    return [
-        [i for i, k in zip(ids, keep, strict=True) if k]
-        for ids, keep in zip(batch["input_ids"].tolist(), batch["attention_mask"].tolist(), strict=True)
-    ]
 
 
 def padded(rows: list[list[int]], like: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase) -> dict:
@@ -83,8 +76,7 @@ class LastTokenPooling(DecoderPooling):
         last = batch["input_ids"].gather(1, last_real_index(batch["attention_mask"])[:, None])
         if bool((last == eos).all()):  # the tokenizer already ends every sentence with EOS
             return batch
-        rows = [ids if ids and ids[-1] == eos else [*ids, eos] for ids in real_ids(batch)]
-        return padded(rows, batch, tokenizer)
+        return padded(prepared_rows(real_ids(batch), self.serving_rows(tokenizer)), batch, tokenizer)
 
     def serving_rows(self, tokenizer: PreTrainedTokenizerBase) -> dict[str, Any]:
         """`prepare`'s EOS appended to each sentence that does not end with it."""
@@ -176,20 +168,12 @@ class PromptEOLPooling(DecoderPooling):
         start = tokenizer("")["input_ids"]
         specials = {tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id} - {None}
         limit = self.max_length or model_max_length(tokenizer)
-        if limit - len(start) - len(before) - len(after) < 1:
-            raise SentembConfigError(
-                f"pooling.template takes {len(start) + len(before) + len(after)} tokens, leaving no room for the "
-                "sentence. Fix: a shorter pooling.template or a larger pooling.max_length"
-            )
+        check_room(len(start) + len(before) + len(after), limit)
         pieces = {"start": start, "prefix": before, "suffix": after, "end": []}
         return {"kind": "template", **pieces, "strip": sorted(specials), "replace": {}, "max_length": limit}
 
     def prepare(self, batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase) -> dict[str, torch.Tensor]:
-        t = self.serving_rows(tokenizer)  # one description of the rows, here and in an ONNX export's loader
-        head, tail, strip = t["start"] + t["prefix"], t["suffix"], set(t["strip"])
-        room = t["max_length"] - len(head) - len(tail)
-        rows = [[*head, *[i for i in ids if i not in strip][:room], *tail] for ids in real_ids(batch)]
-        return padded(rows, batch, tokenizer)
+        return padded(prepared_rows(real_ids(batch), self.serving_rows(tokenizer)), batch, tokenizer)
 
     def forward(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor], train_head: bool = False) -> torch.Tensor:
         return last_real_state(hidden, batch["attention_mask"])

@@ -13,7 +13,8 @@ the graph is the pooling's token-level preparation, described by `sentemb_onnx.j
 - `append`: a token (EOS) added to each sentence that does not end with it (last-token pooling);
 - `template`: the sentence's ids with `strip` removed and `replace` applied, cut to what fits in
   `max_length`, between `start + prefix` and `suffix + end` (prompt-[MASK], PromptEOL).
-Rows are padded on `padding_side` with `pad_token_id`; sentences go through the graph longest first,
+`encode(max_length=...)` truncates the tokenised sentence first, on `truncation_side`, as sentemb's
+encode() does. Rows are padded on `padding_side` with `pad_token_id`; sentences go through the graph longest first,
 `batch_size` at a time (little padding), and come back in the input order. The session runs ONNX
 Runtime's own graph optimisations, less the `disabled_optimizers` the JSON names.
 """
@@ -25,11 +26,28 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 from tokenizers import Tokenizer
 
 RECIPE = "sentemb_onnx.json"
 FORMAT = 1
+
+
+def prepared_rows(ids: Sequence[Sequence[int]], rows: dict) -> list[list[int]]:
+    """Each tokenised sentence laid out as the graph's input row, as the JSON's `rows` says (sentemb's poolings
+    lay out their training and encode() rows with this same function)."""
+    if rows["kind"] == "plain":
+        return [list(i) for i in ids]
+    if rows["kind"] == "append":
+        token = rows["token"]
+        return [list(i) if i and i[-1] == token else [*i, token] for i in ids]
+    if rows["kind"] == "template":
+        strip, replace = set(rows["strip"]), {int(k): v for k, v in rows["replace"].items()}
+        head, tail = rows["start"] + rows["prefix"], rows["suffix"] + rows["end"]
+        room = rows["max_length"] - len(head) - len(tail)
+        if room < 1:
+            raise ValueError(f"the template takes {len(head) + len(tail)} of max_length {rows['max_length']} tokens")
+        return [[*head, *[replace.get(t, t) for t in i if t not in strip][:room], *tail] for i in ids]
+    raise ValueError(f"unknown rows kind {rows['kind']!r}")
 
 
 class OnnxEncoder:
@@ -52,6 +70,8 @@ class OnnxEncoder:
         self.file = self.folder / (file or self.recipe["graphs"]["fp32"])
         if not self.file.is_file():
             raise FileNotFoundError(f"{self.file} not found; the folder holds {sorted(self.recipe['graphs'].values())}")
+        import onnxruntime as ort  # here: sentemb's poolings import this module for `prepared_rows` alone
+
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads = threads
@@ -59,7 +79,7 @@ class OnnxEncoder:
             str(self.file),
             options,
             providers=list(providers or ["CPUExecutionProvider"]),
-            disabled_optimizers=self.recipe.get("disabled_optimizers") or None,  # measured at export (the recipe's why)
+            disabled_optimizers=self.recipe.get("disabled_optimizers") or None,  # sentemb measured them slower
         )
         self.tokenizer = Tokenizer.from_file(str(self.folder / "tokenizer.json"))
         self.tokenizer.no_padding()  # padding and truncation are done here, as sentemb's encode() does them
@@ -69,29 +89,17 @@ class OnnxEncoder:
         self.pooling = self.recipe.get("pooling", "?")  # the pooling inside the graph (its sentemb class)
 
     def rows(self, sentences: Sequence[str], max_length: int | None = None) -> list[list[int]]:
-        """The graph's input ids of each sentence, before padding."""
-        if max_length is not None:
-            self.tokenizer.enable_truncation(max_length)
-        try:
-            ids = [e.ids for e in self.tokenizer.encode_batch(list(sentences), add_special_tokens=True)]
-        finally:
-            self.tokenizer.no_truncation()
-        rows = self.recipe["rows"]
-        if rows["kind"] == "plain":
-            return ids
-        if rows["kind"] == "append":
-            token = rows["token"]
-            return [i if i and i[-1] == token else [*i, token] for i in ids]
-        if rows["kind"] == "template":
-            strip, replace = set(rows["strip"]), {int(k): v for k, v in rows["replace"].items()}
-            head, tail = rows["start"] + rows["prefix"], rows["suffix"] + rows["end"]
-            room = rows["max_length"] - len(head) - len(tail)
-            return [[*head, *[replace.get(t, t) for t in i if t not in strip][:room], *tail] for i in ids]
-        raise ValueError(f"{self.folder / RECIPE}: unknown rows kind {rows['kind']!r}")
+        """The graph's input ids of each sentence, before padding; tokenised with truncation to `max_length`."""
+        tokenizer = self.tokenizer
+        if max_length is not None:  # a copy: this loader's own tokenizer is never changed (threads may share it)
+            tokenizer = Tokenizer.from_str(self.tokenizer.to_str())
+            tokenizer.enable_truncation(max_length, direction=self.recipe.get("truncation_side", "right"))
+        ids = [e.ids for e in tokenizer.encode_batch(list(sentences), add_special_tokens=True)]
+        return prepared_rows(ids, self.recipe["rows"])
 
     def batch(self, rows: list[list[int]]) -> dict[str, np.ndarray]:
         """Padded int64 inputs of the graph for these rows."""
-        length = max(len(r) for r in rows)
+        length = max(1, *map(len, rows))  # an empty sentence (no special tokens) is one padding token
         ids = np.full((len(rows), length), self.recipe["pad_token_id"], dtype=np.int64)
         mask = np.zeros((len(rows), length), dtype=np.int64)
         left = self.recipe["padding_side"] == "left"
@@ -108,7 +116,8 @@ class OnnxEncoder:
         max_length: int | None = None,
         show_progress: bool = False,
     ) -> np.ndarray:
-        """(len(sentences), dimension) float32; no truncation unless `max_length` (sentemb's encode() arguments)."""
+        """(len(sentences), dimension) float32; no truncation unless `max_length`. The arguments are sentemb's
+        encode()'s; `show_progress` is accepted and ignored (no progress bar without extra dependencies)."""
         unique = list(dict.fromkeys(sentences))
         out = np.zeros((len(unique), self.dimension), dtype=np.float32)
         if unique:
@@ -116,7 +125,7 @@ class OnnxEncoder:
             order = sorted(range(len(unique)), key=lambda i: -len(rows[i]))
             for start in range(0, len(order), batch_size):
                 chunk = order[start : start + batch_size]
-                out[chunk] = self.session.run(["sentence_embedding"], self.batch([rows[i] for i in chunk]))[0]
+                out[chunk] = self.session.run([self.recipe["output"]], self.batch([rows[i] for i in chunk]))[0]
         at = {sentence: i for i, sentence in enumerate(unique)}
         return out[[at[s] for s in sentences]]
 

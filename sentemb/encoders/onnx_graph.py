@@ -67,6 +67,12 @@ def graph_inputs(encoder: SentenceEncoder) -> list[str]:
 def serving_recipe(encoder: SentenceEncoder, graphs: dict[str, str], dimension: int) -> dict[str, Any]:
     """sentemb_onnx.json: how `onnx_embedder.py` turns sentences into the graph's inputs, and the graph files."""
     tokenizer = encoder.tokenizer
+    rows = encoder.pooling.serving_rows(tokenizer)
+    if not tokenizer.is_fast:
+        raise SentembConfigError(
+            f"format=onnx: the tokenizer ({type(tokenizer).__name__}) is a slow one, with no tokenizer.json for the "
+            "folder's loader to read. Fix: model.tokenizer loading a fast tokenizer (transformers' default)"
+        )
     if tokenizer.pad_token_id is None:
         raise SentembConfigError(
             f"format=onnx: the tokenizer ({type(tokenizer).__name__}) has no pad token, so batches cannot be padded. "
@@ -75,13 +81,13 @@ def serving_recipe(encoder: SentenceEncoder, graphs: dict[str, str], dimension: 
     return {
         "format": FORMAT,
         "graphs": graphs,
-        "inputs": graph_inputs(encoder),
         "output": GRAPH_OUTPUTS[0],
         "dimension": dimension,
         "pooling": f"{type(encoder.pooling).__module__}.{type(encoder.pooling).__name__}",
-        "padding_side": tokenizer.padding_side,
+        "padding_side": rows.pop("padding_side", tokenizer.padding_side),
+        "truncation_side": tokenizer.truncation_side,
         "pad_token_id": tokenizer.pad_token_id,
-        "rows": encoder.pooling.serving_rows(tokenizer),
+        "rows": rows,
         "disabled_optimizers": list(DISABLED_OPTIMIZERS),
     }
 
@@ -89,9 +95,8 @@ def serving_recipe(encoder: SentenceEncoder, graphs: dict[str, str], dimension: 
 def example_rows(encoder: SentenceEncoder) -> dict[str, torch.Tensor]:
     """EXAMPLE tokenised and prepared by the pooling, as the graph's inputs."""
     batch = encoder.pooling.prepare(encoder.tokenizer(EXAMPLE, padding=True, return_tensors="pt"), encoder.tokenizer)
-    return {
-        name: batch[name] if name in batch else torch.zeros_like(batch["input_ids"]) for name in graph_inputs(encoder)
-    }
+    zeros = torch.zeros_like(batch["input_ids"])  # token_type_ids: a prepared row is one segment
+    return {name: batch.get(name, zeros) for name in graph_inputs(encoder)}
 
 
 def parameter_bytes(module: nn.Module) -> int:
@@ -154,18 +159,17 @@ def check_graph_parts(pooling: dict[str, Any], head: dict[str, Any] | None, quan
             raise SentembConfigError(refusal)
 
 
-def write_onnx_folder(encoder: SentenceEncoder, out: Path, quantize: str | None) -> dict[str, str]:
-    """Into `out`: the fp32 graph (and its int8 form), the tokenizer, sentemb_onnx.json and the loader; the graphs
-    written ({"fp32": path, "int8": path} relative to `out`)."""
+def write_onnx_folder(encoder: SentenceEncoder, out: Path, quantize: str | None) -> dict[str, Any]:
+    """Into `out`: the fp32 graph (and its int8 form), sentemb_onnx.json and the loader, and the tokenizer where the
+    folder has none yet (a sentence-transformers save has written it); the recipe written (its `graphs`: the files)."""
     graphs = {name: path for name, path in GRAPHS.items() if name == "fp32" or quantize == name}
+    recipe = serving_recipe(encoder, graphs, dimension=0)  # its checks before the export's minutes
     (out / "onnx").mkdir(parents=True, exist_ok=True)
-    dimension = export_graph(encoder, out / graphs["fp32"])
+    recipe["dimension"] = export_graph(encoder, out / graphs["fp32"])
     if quantize:
         quantize_int8(out / graphs["fp32"], out / graphs[quantize])
-    encoder.tokenizer.save_pretrained(
-        str(out)
-    )  # tokenizer.json: what the loader reads (the same files as the folder's)
-    recipe = serving_recipe(encoder, graphs, dimension)
+    if not (out / "tokenizer.json").is_file():
+        encoder.tokenizer.save_pretrained(str(out))
     (out / RECIPE).write_text(json.dumps(recipe, indent=2) + "\n")
     shutil.copyfile(onnx_embedder.__file__, out / LOADER)
-    return graphs
+    return recipe

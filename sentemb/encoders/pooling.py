@@ -21,7 +21,16 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from sentemb.common.errors import SentembConfigError
-from sentemb.encoders.prompt import PROMPTBERT_TEMPLATE, TokenTemplate, check_template, model_max_length, rebatch
+from sentemb.encoders.onnx_embedder import prepared_rows
+from sentemb.encoders.prompt import (
+    PROMPTBERT_TEMPLATE,
+    TokenTemplate,
+    check_room,
+    check_template,
+    model_max_length,
+    real_ids,
+    rebatch,
+)
 
 
 @dataclass
@@ -197,21 +206,26 @@ class PromptPooling(Pooling):
     def prepare(self, batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase) -> dict[str, torch.Tensor]:
         """Rewrite a tokenised batch into templated rows (the sentence's own tokens kept, truncated to fit),
         with each row's mask position."""
-        template = TokenTemplate.build(tokenizer, self.template)
-        limit = self.max_length or model_max_length(tokenizer)
-        rows = []
-        for ids, keep in zip(batch["input_ids"].tolist(), batch["attention_mask"].tolist(), strict=True):
-            content = template.content([i for i, k in zip(ids, keep, strict=True) if k])
-            rows.append(template.wrap(content, limit))
-        return rebatch(rows, batch, tokenizer.pad_token_id, template.mask_token_id)
+        rows = prepared_rows(real_ids(batch), self.serving_rows(tokenizer))
+        return rebatch(rows, batch, tokenizer.pad_token_id, tokenizer.mask_token_id)
 
     def serving_rows(self, tokenizer: PreTrainedTokenizerBase) -> dict[str, Any]:
-        """`prepare`'s template at the token level: specials stripped, a literal mask token made [UNK], cut to fit."""
-        t = TokenTemplate.build(tokenizer, self.template)
-        replace = {} if t.unk_token_id is None else {str(t.mask_token_id): t.unk_token_id}
+        """The template at the token level (TokenTemplate): specials stripped, a literal mask token made [UNK], the
+        sentence cut to fit; right padding, as `rebatch` pads."""
+        template = TokenTemplate.build(tokenizer, self.template)
         limit = self.max_length or model_max_length(tokenizer)
-        rows = {"start": t.start, "prefix": t.prefix, "suffix": t.suffix, "end": t.end}
-        return {"kind": "template", **rows, "strip": sorted(t.strip_ids), "replace": replace, "max_length": limit}
+        check_room(template.overhead, limit)
+        unk = {} if template.unk_token_id is None else {str(template.mask_token_id): template.unk_token_id}
+        pieces = {"start": template.start, "prefix": template.prefix, "suffix": template.suffix, "end": template.end}
+        strip = sorted(template.strip_ids)
+        return {
+            "kind": "template",
+            **pieces,
+            "strip": strip,
+            "replace": unk,
+            "max_length": limit,
+            "padding_side": "right",
+        }
 
     def graph_batch(
         self, batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase

@@ -83,13 +83,26 @@ class TokenTemplate:
 
     def wrap(self, content: list[int], max_length: int) -> list[int]:
         """[CLS] prefix content suffix [SEP], the content truncated so the whole fits in max_length."""
-        room = max_length - self.overhead
-        if room < 1:
-            raise SentembConfigError(
-                f"the prompt template takes {self.overhead} tokens, leaving no room within {max_length}. "
-                "Fix: a shorter pooling.template or a larger pooling.max_length"
-            )
+        room = check_room(self.overhead, max_length)
         return [*self.start, *self.prefix, *content[:room], *self.suffix, *self.end]
+
+
+def check_room(overhead: int, max_length: int) -> int:
+    """The tokens a template leaves a sentence within max_length, at least 1, else a config error with the fix."""
+    if max_length - overhead < 1:
+        raise SentembConfigError(
+            f"pooling.template takes {overhead} tokens, leaving no room for the sentence within {max_length}. "
+            "Fix: a shorter pooling.template or a larger pooling.max_length"
+        )
+    return max_length - overhead
+
+
+def real_ids(batch: dict[str, torch.Tensor]) -> list[list[int]]:
+    """Each row's real token ids, in order (padding on either side dropped)."""
+    return [
+        [i for i, k in zip(ids, keep, strict=True) if k]
+        for ids, keep in zip(batch["input_ids"].tolist(), batch["attention_mask"].tolist(), strict=True)
+    ]
 
 
 def rebatch(

@@ -49,7 +49,9 @@ def artefact_table(rows: dict[str, dict[str, float]], files: dict[str, str], fol
     ]
     for name, row in rows.items():
         file = files[name]
-        size = sum(p.stat().st_size for p in folder.glob(file + "*")) / 2**20  # with a graph's .data file
+        # a graph with its .data file; torch weights in one file or several shards
+        pattern = "model*.safetensors" if file.endswith(".safetensors") else file + "*"
+        size = sum(p.stat().st_size for p in folder.glob(pattern)) / 2**20
         cosine = f"{row['cosine_min']:.6f} / {row['cosine_mean']:.6f}" if "cosine_min" in row else "(reference)"
         lines.append(f"| {name} | `{file}` | {size:.1f} MiB | {cosine} | {row['stsb_test_spearman']:.2f} |")
     return [*lines, "", f"Measured by `sentemb.export` on {cpu_name()}, onnxruntime {onnxruntime.__version__}."]
@@ -58,9 +60,6 @@ def artefact_table(rows: dict[str, dict[str, float]], files: dict[str, str], fol
 def cpu_name() -> str:
     """The CPU's model name (/proc/cpuinfo), else what `platform` knows."""
     cpuinfo = Path("/proc/cpuinfo")
-    names = (
-        [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if "model name" in line]
-        if (cpuinfo.is_file())
-        else []
-    )
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []
+    names = [line.split(":", 1)[1].strip() for line in lines if "model name" in line]
     return names[0] if names else platform.processor() or platform.machine()

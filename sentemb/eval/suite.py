@@ -74,7 +74,7 @@ def served_checkpoint(cfg: DictConfig) -> dict[str, Any] | None:
 
 def load_encoder(
     cfg: DictConfig, device: torch.device, checkpoint: dict[str, Any] | None = None
-) -> tuple[SentenceEncoder, dict[str, Any], dict[str, Any]]:
+) -> tuple[SentenceEncoder | OnnxEncoder, dict[str, Any], dict[str, Any]]:
     """The checkpoint's own encoder + pooling (`checkpoint`: already read by `served_checkpoint`), or model= with
     pooling=: (encoder, its source for the record, the checkpoint's hyper-parameters or {})."""
     if cfg.get("onnx"):
@@ -95,7 +95,12 @@ def onnx_artefact(cfg: DictConfig) -> OnnxEncoder:
     """onnx=: an exported folder (its fp32 graph) or a .onnx file inside one, through the folder's loader."""
     path = Path(cfg.onnx).expanduser()
     folders = [path] if path.is_dir() else [p for p in path.parents if (p / RECIPE).is_file()][:1]
-    if not path.exists() or not folders or not (folders[0] / RECIPE).is_file():
+    if (
+        not path.exists()
+        or not folders
+        or not (folders[0] / RECIPE).is_file()
+        or (path.is_file() and path.suffix != ".onnx")
+    ):
         raise SentembConfigError(
             f"onnx={cfg.onnx}: not a folder written by `python -m sentemb.export format=onnx` (no {RECIPE} in it) nor "
             "a .onnx file inside one. Fix: onnx=<that folder> or onnx=<that folder>/onnx/model_qint8.onnx"
