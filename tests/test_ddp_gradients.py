@@ -81,6 +81,7 @@ def configs(tmp_path_factory) -> dict[str, dict]:
     return out
 
 
+@pytest.mark.slow  # two spawned gloo processes (make test-slow)
 def test_ddp_step_equals_one_process_on_the_global_batch(configs):
     reference = build(configs["infonce"])
     assert_ddp_equals_one_process(
