@@ -63,7 +63,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +70,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from rows import row, write_rows  # noqa: E402
+from rows import exit_with, row, write_rows  # noqa: E402
 
 ANCHOR = "full_padded"
 # name → (label, overrides): LoRA's options pinned here, so the label says what ran whatever conf/adapter holds
@@ -376,8 +375,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Exception:  # a crash must not exit 1, which report.py reads as "ran, a target missed"
-        traceback.print_exc()
-        sys.exit(2)
+    exit_with(main)

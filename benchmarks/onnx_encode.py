@@ -29,7 +29,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -39,7 +38,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from rows import row, write_rows  # noqa: E402
+from rows import exit_with, row, write_rows  # noqa: E402
 
 from sentemb.common.paths import resolve_data_root  # noqa: E402
 from sentemb.eval.sts import pairwise_cosine, read_stsb_split  # noqa: E402
@@ -201,8 +200,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Exception:  # a crash must not exit 1, which report.py reads as "ran, a target missed"
-        traceback.print_exc()
-        sys.exit(2)
+    exit_with(main)

@@ -7,6 +7,9 @@ their ratio, the target from the figure's issue and whether it holds.
 from __future__ import annotations
 
 import json
+import sys
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -30,3 +33,14 @@ def write_rows(name: str, rows: list[dict]) -> Path:
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(rows, indent=2) + "\n")
     return path
+
+
+def exit_with(main: Callable[[], int]) -> None:
+    """Exit with main()'s code (0: every target holds, 1: one missed), or 2 with the traceback when it crashes: a
+    crash must not exit 1, which report.py reads as "ran, a target missed"."""
+    try:
+        code = main()
+    except Exception:
+        traceback.print_exc()
+        code = 2
+    sys.exit(code)

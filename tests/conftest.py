@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import logging
 import os
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -121,3 +123,12 @@ def cli(monkeypatch):
         root.removeHandler(handler)
     root.handlers[:] = handlers
     root.setLevel(level)
+
+
+def load_benchmark(script: str) -> ModuleType:
+    """benchmarks/<script>.py imported as a module (benchmarks/ is not a package)."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{script}.py"
+    spec = importlib.util.spec_from_file_location(script, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

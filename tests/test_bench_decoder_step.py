@@ -6,7 +6,6 @@ stand-in for `subprocess.run`): a fresh interpreter per child would add ~10 s of
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import subprocess
@@ -16,21 +15,15 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import load_benchmark
+
 TINY = ["--hidden=32", "--layers=2", "--heads=2", "--kv-heads=1", "--intermediate=64", "--batch=4"]
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("decoder_step", ROOT / "benchmarks" / "decoder_step.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture
 def script(monkeypatch, tmp_path):
     """The script, its rows written under tmp_path and its children run in-process (their results kept)."""
-    module = load_script()
+    module = load_benchmark("decoder_step")
     monkeypatch.setattr(sys.modules["rows"], "RESULTS", tmp_path / "results")
     children: list[dict[str, Any]] = []
 
@@ -75,7 +68,7 @@ def test_the_benchmark_writes_ratio_rows_against_full_fine_tuning_padded(script,
 
 
 def test_a_configuration_that_did_not_take_effect_stops_the_benchmark():
-    script = load_script()
+    script = load_benchmark("decoder_step")
     result = {"config": "lora", "padding_free": True, "gradient_checkpointing": False, "adapter": False}
     with pytest.raises(RuntimeError, match="lora: asked"):
         script.check_configuration({**result, "losses_finite": True})
@@ -85,9 +78,7 @@ def test_a_configuration_that_did_not_take_effect_stops_the_benchmark():
 
 
 def test_make_bench_runs_it_at_max_length_32_and_padded_vs_padding_free_at_64():
-    spec = importlib.util.spec_from_file_location("bench_report", ROOT / "benchmarks" / "report.py")
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)
+    report = load_benchmark("report")
     entries = {rows: job for script, job, _, rows, _ in report.SCRIPTS if script == "decoder_step.py"}
     assert entries == {
         "decoder_step": [],

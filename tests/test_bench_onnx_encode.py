@@ -7,7 +7,6 @@ The slow one runs the real benchmark (the export command, MiniLM four ways) on a
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import sys
@@ -18,21 +17,15 @@ import numpy as np
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import load_benchmark
+
 N_SENTENCES = 6
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("onnx_encode", ROOT / "benchmarks" / "onnx_encode.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture
 def script(monkeypatch, tmp_path):
-    """The script with its rows written under tmp_path and the sentences cut to a handful."""
-    module = load_script()
+    """The script with its rows written under tmp_path."""
+    module = load_benchmark("onnx_encode")
     monkeypatch.setattr(sys.modules["rows"], "RESULTS", tmp_path / "results")
     return module
 
@@ -128,9 +121,7 @@ def test_the_sentences_are_the_distinct_sentences_of_stsb_test(script, data_root
 
 
 def test_make_bench_runs_it_with_its_default_rounds_in_both_modes():
-    spec = importlib.util.spec_from_file_location("bench_report", ROOT / "benchmarks" / "report.py")
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)
+    report = load_benchmark("report")
     entries = [(job, quick, rows) for script, job, quick, rows, _ in report.SCRIPTS if script == "onnx_encode.py"]
     assert entries == [([], [], "onnx_encode")]  # int8's ratio is near its bound: one round could decide it
 
