@@ -49,9 +49,11 @@ bench: install
 mteb: install
 	$(PY) -m sentemb.mteb_sts $(MODEL)
 
-# says what it removes before removing it (outputs/ holds every run's checkpoints and records)
+# says what it would remove (outputs/ holds every run's checkpoints and records) and removes it only with FORCE=1
 CLEANED := outputs multirun wandb lightning_logs .pytest_cache
 clean:
 	@found="$$(for d in $(CLEANED); do [ -e "$$d" ] && echo "$$d"; done)"; \
 	if [ -z "$$found" ]; then echo "make clean: nothing to remove ($(CLEANED) are absent)"; \
+	elif [ "$(FORCE)" != 1 ]; then echo "make clean: would remove" $$found "(outputs/ and multirun/ hold" \
+		"every run's checkpoints and records); nothing removed. To remove them: make clean FORCE=1" >&2; exit 1; \
 	else echo "make clean: removing" $$found; rm -rf $$found; fi

@@ -10,6 +10,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from sentemb.common.command_line import checked_command_line
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.paths import CONF_DIR
 from sentemb.common.process import configure_process
@@ -17,6 +18,7 @@ from sentemb.encoders.backbones import check_model
 from sentemb.eval.suite import evaluate
 
 
+@checked_command_line  # an unquoted non-ASCII override: named with its fix, before Hydra's lexer
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="eval")
 def main(cfg: DictConfig) -> None:
     configure_process()

@@ -20,7 +20,6 @@ the STS table (from `results.json` beside the checkpoint, or `evaluate=true`) an
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -36,7 +35,10 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from safetensors.torch import load_file, save_file
 
+from sentemb.common.command_line import checked_command_line
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.file_values import Shape, read_json, read_yaml
+from sentemb.common.folder_lock import LOCK_NAME, FolderLock, take_folder_lock
 from sentemb.common.hydra_plumbing import resolved_container, target_name
 from sentemb.common.paths import CONF_DIR, resolve_data_root
 from sentemb.common.process import configure_process
@@ -202,7 +204,9 @@ def folder_usage(source: dict[str, Any], custom: bool) -> list[str]:
             "",
             "This folder holds a `sentemb.st_modules.SentembEncoder` module (sentemb's own pooling or head), so "
             "`sentemb` must be installed, and sentence-transformers >= 6 imports a module class from outside "
-            "its own package only with `trust_remote_code=True`.",
+            "its own package only with `trust_remote_code=True`, which lets it import any module `modules.json` "
+            "names. For a copy of this folder from elsewhere, `sentemb.st_modules.load_exported_folder('<this "
+            "folder>')` checks that `modules.json` names only sentence-transformers' modules and sentemb's first.",
         ]
     adapter = source.get("adapter")
     if adapter:
@@ -276,7 +280,18 @@ def training_command(checkpoint: str | None) -> list[str]:
     overrides = Path(checkpoint).parent.parent / ".hydra" / "overrides.yaml"
     if not overrides.is_file():
         return []
-    return [" ".join(["python -m sentemb.train", *map(shlex.quote, yaml.safe_load(overrides.read_text()) or [])])]
+    # the one rule for files: strings shown in the card, never applied (an interpolation there is the user's own)
+    words = read_yaml(overrides, Shape(text=("",)), HYDRA_FILES_FIX) or []
+    if not isinstance(words, list) or not all(isinstance(word, str) for word in words):
+        raise SentembConfigError(f"{overrides}: expected a list of key=value strings. {HYDRA_FILES_FIX}")
+    return [" ".join(["python -m sentemb.train", *map(shlex.quote, words)])]
+
+
+HYDRA_FILES_FIX = "Fix: restore the run's .hydra/ files, or move them away (the card then has no training command)"
+
+
+# results.json (sentemb.evaluate): scores and the record of what was evaluated (its parts' `_target_`s, shown only)
+RESULTS_SHAPE = Shape(targets=("source.model.backbone", "source.model.tokenizer", "source.pooling", "source.head"))
 
 
 def export(cfg: DictConfig) -> Path:
@@ -285,21 +300,59 @@ def export(cfg: DictConfig) -> Path:
     out = Path(cfg.out).expanduser()
     if out.exists() and not out.is_dir():
         raise SentembConfigError(f"out={out} is a file, not a folder: nothing is overwritten. Fix: pass a new folder")
-    if out.exists() and any(out.iterdir()):
+    made = make_out_folder(out)  # the lock file lives in it
+    lock: FolderLock | None = None
+    try:  # one export per folder: a second one into the same out= is refused before its emptiness check
+        lock = take_folder_lock(out, f"out={out}", "wait for that export to finish, or pass another out=")
+        name, written = locked_export(cfg, out, lock)
+    except BaseException:  # a refused or failed export leaves no lock file and no folder of its own making
+        if lock is not None:
+            lock.release(remove=lock.claimed)
+        remove_made_folders(out, made)
+        raise
+    lock.release(remove=True)  # the exported folder holds its artefacts only
+    print(f"{name}: {written} written to {out}")
+    return out
+
+
+def make_out_folder(out: Path) -> Path | None:
+    """`out` made with its missing parents; the topmost folder this made (None: `out` was there)."""
+    missing = [folder for folder in (out, *out.parents) if not folder.exists()]
+    out.mkdir(parents=True, exist_ok=True)
+    return missing[-1] if missing else None
+
+
+def remove_made_folders(out: Path, top: Path | None) -> None:
+    """The folders `make_out_folder` made, from `out` up to `top`, each only while empty (one another export holds
+    has its lock file in it: it stays)."""
+    if top is None:
+        return
+    for folder in (out, *out.parents):
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        if folder == top:
+            return
+
+
+def locked_export(cfg: DictConfig, out: Path, lock: FolderLock) -> tuple[str, str]:
+    """The export once `out`'s lock is held: `out` checked empty, claimed, written; (the model's name, what was
+    written)."""
+    if any(path.name != LOCK_NAME for path in out.iterdir()):
         raise SentembConfigError(f"out={out} is not empty: nothing is overwritten. Fix: pass a new folder")
+    lock.claim()  # a second export into out= is refused naming this process
     checkpoint = served_checkpoint(cfg)  # read and checked once, before any model is built
     if cfg.get("adapter_only"):
         check_adapter_only(cfg, checkpoint)
     artefact_check = check_format(cfg, checkpoint)  # format=onnx: its options, pooling and STS-B files
     try:
-        name, written = write_export(cfg, out, checkpoint, artefact_check)
+        return write_export(cfg, out, checkpoint, artefact_check)
     except BaseException:  # out was new or empty: what a failed export wrote in it goes, so the command can rerun
-        if out.is_dir():
-            for path in out.iterdir():
+        for path in out.iterdir():
+            if path.name != LOCK_NAME:  # the lock file goes last, when the lock is let go
                 shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
         raise
-    print(f"{name}: {written} written to {out}")
-    return out
 
 
 def write_export(
@@ -312,7 +365,7 @@ def write_export(
     name = model_name(source)
     commands = [*training_command(source.get("checkpoint")), "python -m sentemb.export " + " ".join(sys.argv[1:])]
     results_path = beside_results(source.get("checkpoint"))
-    results = json.loads(results_path.read_text()) if results_path else None
+    results = read_json(results_path, RESULTS_SHAPE) if results_path else None  # shown in the card: data only
     if cfg.evaluate:
         defaults = OmegaConf.load(CONF_DIR / "eval.yaml")  # the evaluation's own settings
         eval_cfg = OmegaConf.merge({k: v for k, v in defaults.items() if k not in ("defaults", "hydra")}, cfg)
@@ -451,6 +504,7 @@ def write_adapter_folder(
     save_sentemb_parts(out, encoder, config)
 
 
+@checked_command_line  # an unquoted non-ASCII override: named with its fix, before Hydra's lexer
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="export")
 def main(cfg: DictConfig) -> None:
     configure_process()

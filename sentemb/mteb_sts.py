@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from sentemb.common.errors import SentembConfigError
 from sentemb.common.process import configure_process
 from sentemb.encoders.backbones import hub_reachable
 
@@ -45,10 +46,13 @@ def main(argv: list[str]) -> int:
     if problem:
         sys.exit(f"sentemb: {problem}")
     import mteb
-    from sentence_transformers import SentenceTransformer
 
-    custom = "sentemb.st_modules" in (folder / "modules.json").read_text()
-    model = SentenceTransformer(str(folder), trust_remote_code=custom)
+    from sentemb.st_modules import load_exported_folder
+
+    try:
+        model = load_exported_folder(folder)  # its modules.json checked: sentemb's module is the only one outside s-t
+    except SentembConfigError as err:
+        sys.exit(f"sentemb: {err}")
     tasks = mteb.get_tasks(task_types=["STS"], languages=["eng"])
     results = mteb.evaluate(model, tasks, cache=mteb.ResultCache(folder / "mteb"))
     scores = {r.task_name: 100 * r.get_score() for r in results.task_results}

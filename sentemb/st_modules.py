@@ -30,6 +30,7 @@ from safetensors.torch import load_file, save_file
 from sentence_transformers.base.modules.input_module import InputModule
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.file_values import Shape, checked, read_json
 from sentemb.encoders.adapters import base_fingerprint, is_adapted
 from sentemb.encoders.build import build_encoder, is_decoder_config
 from sentemb.encoders.encoder import SentenceEncoder
@@ -46,6 +47,12 @@ FOLDER_LOADERS = {
     ),
 }
 MODEL_KEYS = ("loader", "bidirectional", "padding_side", "padding_free")
+ADAPTER_CONFIG = "adapter_config.json"
+# sentemb_config.json: a part's `_target_` is looked up in encoders.build.PARTS when built, never imported
+CONFIG_SHAPE = Shape(
+    keys={"": ("pooling", "head", "model", "base"), "model": MODEL_KEYS, "base": ("name", "config_sha256", "model")},
+    targets=("pooling", "head", "base.model.backbone", "base.model.tokenizer"),
+)
 REEXPORT = "Fix: export the folder again (python -m sentemb.export)"
 
 
@@ -201,18 +208,82 @@ def load_adapter_folder(folder: str | Path, name_or_path: str | None = None) -> 
             f"{config.base['config_sha256'][:12]} vs {fingerprint[:12]}). Fix: load the base the run was trained on "
             f"({config.base['name']}; name_or_path= if it is in another folder)"
         )
-    encoder.backbone = PeftModel.from_pretrained(encoder.backbone, str(folder))
+    lora = adapter_config(folder / ADAPTER_CONFIG)
+    encoder.backbone = PeftModel.from_pretrained(encoder.backbone, str(folder), config=lora)
     encoder.pooling.load_state_dict(load_file(folder / POOLING_WEIGHTS))
     return encoder.eval()
+
+
+# adapter_config.json: what sentemb's LoRA sets (adapters.with_adapter), and what peft writes only to inform
+LORA_KEYS = ("r", "lora_alpha", "lora_dropout", "target_modules")
+LORA_INFO_KEYS = (
+    "peft_type", "peft_version", "base_model_name_or_path", "inference_mode", "revision", "auto_mapping",
+)  # fmt: skip
+
+
+def adapter_config(path: Path) -> Any:
+    """peft's adapter_config.json read by sentemb, not by peft: a LoRA config (peft_type LORA) built from the keys
+    sentemb trains with; every other peft option must hold its default (some name code, e.g. megatron_core)."""
+    from peft import LoraConfig
+
+    config = read_json(path, fix=REEXPORT + " with adapter_only=true")
+    if not isinstance(config, dict) or config.get("peft_type") != "LORA":
+        kind = config.get("peft_type") if isinstance(config, dict) else type(config).__name__
+        raise SentembConfigError(f"{path}: peft_type={kind!r}: sentemb reads LoRA adapters only. {REEXPORT}")
+    defaults = LoraConfig().to_dict()
+    for key, value in config.items():
+        if key not in defaults:
+            raise SentembConfigError(f"{path}: {key} is not a LoRA option of this peft. {REEXPORT}")
+        if key not in (*LORA_KEYS, *LORA_INFO_KEYS, "task_type") and value != defaults[key]:
+            raise SentembConfigError(
+                f"{path}: {key}={value!r}: sentemb's adapters leave it at peft's default ({defaults[key]!r}). "
+                f"{REEXPORT}"
+            )
+    if config.get("task_type") is not None:
+        raise SentembConfigError(f"{path}: task_type={config['task_type']!r}: sentemb's adapters have none. {REEXPORT}")
+    return LoraConfig(**{key: config[key] for key in LORA_KEYS if key in config}, inference_mode=True)
+
+
+MODULES = "modules.json"
+OWN_MODULE = f"{__name__}.SentembEncoder"  # the one module outside sentence-transformers an exported folder names
+MODULES_SHAPE = Shape(keys={"": ("idx", "name", "path", "type", "kwargs")})
+
+
+def checked_modules(folder: Path) -> bool:
+    """An exported folder's modules.json names sentence-transformers' own modules and sentemb's `SentembEncoder`
+    only, each in a path inside the folder; refused otherwise (sentence-transformers with `trust_remote_code=True`
+    would import any module it names). True when it names sentemb's module (which needs `trust_remote_code`)."""
+    path = folder / MODULES
+    modules = read_json(path, fix=REEXPORT)
+    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
+        raise SentembConfigError(f"{path}: expected a list of modules ({{idx, name, path, type}}). {REEXPORT}")
+    for module in modules:
+        checked(module, path, MODULES_SHAPE, REEXPORT)
+        kind, where = module.get("type"), str(module.get("path", ""))
+        if not isinstance(kind, str) or not (kind.startswith("sentence_transformers.") or kind == OWN_MODULE):
+            raise SentembConfigError(
+                f"{path}: module type {kind!r} is neither sentence-transformers' nor sentemb's ({OWN_MODULE}): "
+                f"refused, nothing was imported. {REEXPORT}"
+            )
+        if Path(where).is_absolute() or not (folder / where).resolve().is_relative_to(folder.resolve()):
+            raise SentembConfigError(f"{path}: module path {where!r} lies outside the folder. {REEXPORT}")
+    return any(m["type"] == OWN_MODULE for m in modules)
+
+
+def load_exported_folder(folder: str | Path, device: str | None = None) -> Any:
+    """`SentenceTransformer(folder)` for a folder `sentemb.export` wrote, after `checked_modules`: the only module
+    `trust_remote_code` lets it import is sentemb's installed `SentembEncoder`."""
+    from sentence_transformers import SentenceTransformer
+
+    folder = Path(folder).expanduser()
+    custom = checked_modules(folder)
+    return SentenceTransformer(str(folder), device=device, trust_remote_code=custom)
 
 
 def read_config(path: Path) -> FolderConfig:
     """An exported folder's sentemb_config.json, checked for its shape (folders exported before the `model` entry
     existed hold a BERT/RoBERTa encoder)."""
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise SentembConfigError(f"{path}: unreadable ({err}). {REEXPORT}") from None
+    config = read_json(path, CONFIG_SHAPE, REEXPORT)  # plain values; `_target_`s only at the parts
     pooling, head = (config.get("pooling"), config.get("head")) if isinstance(config, dict) else (None, None)
     if not isinstance(pooling, dict) or not isinstance(head, dict | None):
         raise SentembConfigError(f"{path}: expected {{'pooling': {{...}}, 'head': {{...}} or null, ...}}. {REEXPORT}")

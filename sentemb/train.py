@@ -18,9 +18,11 @@ import lightning as L
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from sentemb.common.command_line import checked_command_line
 from sentemb.common.hydra_plumbing import instantiate_checked, resolved_container
 from sentemb.common.paths import CONF_DIR
 from sentemb.common.process import configure_process
+from sentemb.encoders.build import check_loaded_length
 from sentemb.eval.sts import STSBenchmark
 from sentemb.runs.ddp_jobs import process_rank
 from sentemb.runs.jobs import current_hydra
@@ -50,6 +52,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
     keep_wandb_run_id(cfg)
     module = SentembModule.from_config(cfg)
+    # a hub model the pre-run checks could not read (not stored yet): its positions, before the first batch
+    check_loaded_length(module.encoder.backbone, resolved_container(cfg.model), cfg.data.get("max_length"))
     datamodule = instantiate(cfg.data, tokenizer=module.encoder.tokenizer)
     trainer = build_trainer(cfg, extra_callbacks=[dev_eval])
     for logger in trainer.loggers:
@@ -67,6 +71,7 @@ def keep_wandb_run_id(cfg: DictConfig) -> None:
         wandb_cfg.id = wandb_run_id(Path(checkpoint_dir(cfg.get("ckpt_path"), cfg.paths.output_dir)))
 
 
+@checked_command_line  # an unquoted non-ASCII override: named with its fix, before Hydra's lexer
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
 def main(cfg: DictConfig) -> float | None:
     """One job. Its outcome goes to `metrics.json`; in a sweep a failed or diverged job never stops the others."""

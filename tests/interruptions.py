@@ -25,6 +25,17 @@ class SignalAt(L.Callback):
             os.kill(os.getpid(), self.signum)
 
 
+class SignalAtStart(L.Callback):
+    """Sends this process `signal` as training starts, before its first step (the dev evaluation at start is then
+    running or about to: the callbacks before this one have run)."""
+
+    def __init__(self, signal: str = "SIGTERM") -> None:
+        self.signum = getattr(__import__("signal"), signal)
+
+    def on_train_start(self, trainer: L.Trainer, *args) -> None:
+        os.kill(os.getpid(), self.signum)
+
+
 class FailOnRank(L.Callback):
     """Raises on global rank `rank` only, at step `step` (rank -1: never)."""
 
@@ -36,4 +47,4 @@ class FailOnRank(L.Callback):
             raise RuntimeError(f"made to fail on rank {self.rank} at step {self.step}")
 
 
-__all__ = ["SignalAt", "FailOnRank", "signal"]
+__all__ = ["SignalAt", "SignalAtStart", "FailOnRank", "signal"]

@@ -180,18 +180,25 @@ def test_every_group_and_option_is_enumerated(tmp_path):
     assert len(IDS) == len(set(IDS))
 
 
+@pytest.fixture
+def batch_corpus(data_root: Path) -> Path:
+    """The wiki sample (11,914 lines): it fills an option's or a swept value's whole batch (512 sentences; 64 on each
+    of 2 devices), which the pre-run checks ask of a corpus, as the 300 lines of small_corpus would not."""
+    return data_root / "wiki" / "wiki1m_head.txt"
+
+
 @pytest.mark.parametrize(("group", "option"), CASES, ids=IDS)
-def test_option_composes_and_passes_the_pre_run_checks(group, option, small_corpus, tmp_path, no_network):
-    cfg = compose_train(option_overrides(group, option, small_corpus), tmp_path)
+def test_option_composes_and_passes_the_pre_run_checks(group, option, batch_corpus, tmp_path, no_network):
+    cfg = compose_train(option_overrides(group, option, batch_corpus), tmp_path)
     assert cfg.hydra.runtime.choices[group] == option
     for plugin in ("launcher", "sweeper"):  # launcher=slurm's submitit, hparams_search=optuna's sweeper
         get_class(cfg.hydra[plugin]._target_)
     if group == "hparams_search":
-        cfg = compose_train(option_overrides(group, option, small_corpus) + search_base(option, tmp_path), tmp_path)
+        cfg = compose_train(option_overrides(group, option, batch_corpus) + search_base(option, tmp_path), tmp_path)
     if (group, option) in NEEDS_A_VALUE:
         key = NEEDS_A_VALUE[group, option][0]
         with pytest.raises(SentembConfigError, match=rf"{key}.*Fix: "):
-            prepare_run(compose_train([f"{group}={option}", f"data.corpus={small_corpus}"], tmp_path))
+            prepare_run(compose_train([f"{group}={option}", f"data.corpus={batch_corpus}"], tmp_path))
     if not corpus_path(cfg).is_file():  # data=wiki_full before `make data`: refused, naming the corpus
         with pytest.raises(SentembConfigError, match=rf"{corpus_path(cfg).name}.*make data"):
             prepare_run(cfg)
@@ -235,8 +242,8 @@ def search_base(option: str, tmp_path: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("option", OPTIONS["hparams_search"])
-def test_every_swept_key_exists_and_every_value_composes(option, small_corpus, tmp_path, no_network):
-    base = [f"hparams_search={option}", "model=tiny", f"data.corpus={small_corpus}", *search_base(option, tmp_path)]
+def test_every_swept_key_exists_and_every_value_composes(option, batch_corpus, tmp_path, no_network):
+    base = [f"hparams_search={option}", "model=tiny", f"data.corpus={batch_corpus}", *search_base(option, tmp_path)]
     cfg = compose_train(base, tmp_path)
     targets = [str(c.get("_target_")) for c in cfg.hydra.callbacks.values()]
     assert "sentemb.training.sweep_check.SweepCheck" in targets, "the sweep is checked before its first job"

@@ -393,7 +393,7 @@ def test_an_exported_folders_model_entry_names_no_code(tmp_path):
     for model, message in [
         ({"loader": "os.system"}, "model.loader='os.system' is not one of encoder, decoder"),
         ({"loader": "decoder"}, "model.bidirectional must be true or false for a decoder"),
-        ({"loader": "decoder", "bidirectional": True, "_target_": "os.system"}, "model._target_ is not a key"),
+        ({"loader": "decoder", "bidirectional": True, "_target_": "os.system"}, "model._target_ names code to build"),
         ({"loader": "decoder", "bidirectional": True, "padding_side": "up"}, "model.padding_side='up': left or right"),
     ]:
         (folder / "sentemb_config.json").write_text(json.dumps({"pooling": pooling, "head": None, "model": model}))

@@ -13,15 +13,32 @@ class TrainingDiverged(RuntimeError):
     """A non-finite loss or gradient: the job stops (its sweep goes on) and is recorded as `diverged`."""
 
 
-class Preempted(RuntimeError):
-    """A preemption signal (SIGTERM, SIGUSR1, SIGUSR2) arrived: `checkpoints/last.ckpt` holds this step, the job is
-    recorded as `preempted` and restarting it in the same run directory resumes it (sentemb.runs.rerun_policy)."""
+class CheckpointNotWritten(OSError):
+    """A checkpoint could not be written (a full disk, a quota, a permission): the message names the file, the
+    system's reason and the fix; no partial file is left behind. The job is recorded as `failed`."""
 
-    def __init__(self, signum: int, step: int, checkpoint: str) -> None:
+
+class Preempted(RuntimeError):
+    """A preemption signal (SIGTERM, SIGUSR1, SIGUSR2) arrived: the job is recorded as `preempted`, exits with
+    128 + the signal's number, and restarting it in the same run directory resumes it (sentemb.runs.rerun_policy).
+
+    During training `checkpoints/last.ckpt` then holds the step it stopped at (`step`, `checkpoint`); outside a
+    training step (the model's build, the dev evaluation at start, the closing test) nothing was saved for it.
+    """
+
+    def __init__(self, signum: int, step: int | None = None, checkpoint: str | None = None) -> None:
         import signal
 
         self.signum, self.step, self.checkpoint = signum, step, checkpoint
-        super().__init__(
-            f"{signal.Signals(signum).name} at step {step}: {checkpoint} holds this step; run the same command "
-            "again (same run directory) to resume"
-        )
+        name = signal.Signals(signum).name
+        if checkpoint is None:
+            message = (
+                f"{name} outside a training step: nothing was saved for it; run the same command again (same run "
+                "directory) to restart the job, from its checkpoints/last.ckpt if it has one"
+            )
+        else:
+            message = (
+                f"{name} at step {step}: {checkpoint} holds this step; run the same command again (same run "
+                "directory) to resume"
+            )
+        super().__init__(message)

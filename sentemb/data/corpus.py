@@ -25,6 +25,11 @@ def check_corpus(path: Path, streaming: bool = False) -> CorpusReport:
     streaming: only the first HEAD_LINES lines (and on while they are all blank), so a corpus of 100M lines
     starts at once; the stream reports a bad line further on when it reaches it (`undecodable_line_error`).
     """
+    if path.is_dir():
+        raise SentembConfigError(
+            f"data.corpus={path} is a directory, not a file{files_inside(path)}. "
+            "Fix: data.corpus=<a text file with one sentence per line>, e.g. data.corpus=<that folder>/<file>.txt"
+        )
     if not path.is_file():
         raise SentembConfigError(
             f"data.corpus: training corpus {path} does not exist. "
@@ -43,6 +48,13 @@ def check_corpus(path: Path, streaming: bool = False) -> CorpusReport:
             "Fix: point data.corpus at a text file with one sentence per line."
         )
     return CorpusReport(path, lines, blank)
+
+
+def files_inside(folder: Path, shown: int = 3) -> str:
+    """' (it holds a.txt, b.txt)': a few of the files a folder given as the corpus holds, to pick one from."""
+    names = sorted(entry.name for entry in folder.iterdir() if entry.is_file())
+    more = ", ..." if len(names) > shown else ""
+    return f" (it holds {', '.join(names[:shown])}{more})" if names else ""
 
 
 def decoded(raw: bytes, path: Path, number: int) -> str:

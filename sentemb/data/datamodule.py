@@ -22,6 +22,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.data.corpus import CorpusReport
 from sentemb.data.streaming import ShuffledLineStream, StreamPosition
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,28 @@ def check_batching(batch_size: int | None, max_length: int | None) -> None:
         )
     if max_length is not None and max_length < 1:
         raise SentembConfigError(f"data.max_length={max_length} must be >= 1 (conf/data/).")
+
+
+def check_corpus_fills_batch(report: CorpusReport, batch_size: int | None, world: int = 1) -> None:
+    """Every device gets at least one whole batch: data.batch_size sentences each, on `world` devices.
+
+    One device trains a corpus shorter than its batch on one short batch per epoch (a one-sentence corpus: a batch
+    of one, with no negatives, which data.batch_size=1 is refused for); several devices drop a ragged last round
+    (DistributedSampler and the stream alike), so there would be no batch at all. A streamed corpus is counted
+    only as far as its head was read (`check_corpus`): refused only when the head is the whole file.
+    """
+    if batch_size is None:
+        return
+    needed, sentences = batch_size * world, report.lines - report.blank_lines
+    if sentences >= needed or not report.whole:  # a longer stream's rest was not read: it may hold enough
+        return
+    devices = f" on each of {world} devices ({needed} sentences)" if world > 1 else ""
+    largest = sentences // world
+    smaller = f"data.batch_size={largest} or less, or " if largest >= 2 else ""
+    raise SentembConfigError(
+        f"data.corpus={report.path}: {sentences} sentences, fewer than one batch of data.batch_size={batch_size}"
+        f"{devices}, so no step would train on a whole batch. Fix: {smaller}a corpus of at least {needed} sentences"
+    )
 
 
 def tokenize_rows(rows: dict[str, list[str]], tokenizer: PreTrainedTokenizerBase, max_length: int) -> dict:

@@ -15,10 +15,12 @@ from typing import Any
 from urllib.parse import urlparse
 
 from transformers import (
+    AutoConfig,
     AutoModel,
     AutoTokenizer,
     BertConfig,
     BertModel,
+    PretrainedConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
     RobertaConfig,
@@ -133,19 +135,30 @@ def check_model(model: Mapping[str, Any]) -> None:
     check_backbone_options(model.get("dropout"), model.get("trainable_layers"))
 
 
+# said on every from_pretrained call: a folder's `auto_map` (Python files beside its weights) is never imported
+NO_REMOTE_CODE = {"trust_remote_code": False}
+
+
 def _offline_if_unreachable(name_or_path: str) -> dict[str, bool]:
     """from_pretrained keywords: cached files only when the hub cannot be reached (no retries against it)."""
     return {} if Path(name_or_path).expanduser().is_dir() or hub_reachable() else {"local_files_only": True}
 
 
-def pretrained_backbone(name_or_path: str, **config_overrides: float) -> PreTrainedModel:
+def pretrained_backbone(
+    name_or_path: str, hidden_dropout_prob: float | None = None, attention_probs_dropout_prob: float | None = None
+) -> PreTrainedModel:
     """A Hugging Face encoder (BERT or RoBERTa family) without its NSP pooler, which SimCSE never uses.
 
-    `config_overrides` (e.g. hidden_dropout_prob) replace the checkpoint's own config values.
+    The dropout probabilities (model.dropout sets both; null: the model's own) replace its config's values. The
+    keywords are closed: a config, which may come from a file (a checkpoint, an exported folder), reaches
+    `from_pretrained` with these and nothing else, so it cannot turn on `trust_remote_code`.
     """
     check_model_source(name_or_path)
-    options = _offline_if_unreachable(name_or_path)
-    return AutoModel.from_pretrained(name_or_path, add_pooling_layer=False, **options, **config_overrides)
+    dropout = {"hidden_dropout_prob": hidden_dropout_prob, "attention_probs_dropout_prob": attention_probs_dropout_prob}
+    overrides = {k: float(v) for k, v in dropout.items() if v is not None}
+    return AutoModel.from_pretrained(
+        name_or_path, add_pooling_layer=False, **NO_REMOTE_CODE, **_offline_if_unreachable(name_or_path), **overrides
+    )
 
 
 def freeze_all_but_top_layers(backbone: PreTrainedModel, trainable_layers: int) -> None:
@@ -174,7 +187,48 @@ def freeze_all_but_top_layers(backbone: PreTrainedModel, trainable_layers: int) 
 
 def pretrained_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
     check_model_source(name_or_path, needs=TOKENIZER_FILES)
-    return AutoTokenizer.from_pretrained(name_or_path, **_offline_if_unreachable(name_or_path))
+    return AutoTokenizer.from_pretrained(name_or_path, **NO_REMOTE_CODE, **_offline_if_unreachable(name_or_path))
+
+
+# model types whose position ids start past <pad> (pad_token_id + 1): that many position embeddings are never used
+OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert")
+TINY_BERT_POSITIONS = 512
+TINY_ROBERTA_POSITIONS = 514  # roberta-base's: 512 tokens after the offset of <pad> = 1
+
+
+def usable_positions(config: PretrainedConfig) -> int | None:
+    """The most tokens a model's position embeddings take (None: its config names no limit)."""
+    positions = getattr(config, "max_position_embeddings", None)
+    if isinstance(positions, bool) or not isinstance(positions, int):
+        return None
+    if config.model_type in OFFSET_POSITIONS:  # RoBERTa numbers positions from pad_token_id + 1
+        return positions - (config.pad_token_id or 0) - 1
+    return positions
+
+
+def stored_config(name_or_path: str) -> PretrainedConfig | None:
+    """A folder's or a cached hub model's config.json, read alone (no weights, no remote code, no download); None where
+    there is none yet or transformers cannot read it: the loader then reports it, and the loaded model is checked."""
+    try:
+        return AutoConfig.from_pretrained(name_or_path, local_files_only=True, **NO_REMOTE_CODE)
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def pretrained_positions(name_or_path: str, **_: Any) -> int | None:
+    """`pretrained_backbone`'s (and `pretrained_decoder`'s) position limit, from its stored config.json."""
+    config = stored_config(str(name_or_path))
+    return usable_positions(config) if config is not None else None
+
+
+def tiny_bert_positions(max_position_embeddings: int = TINY_BERT_POSITIONS, **_: Any) -> int:
+    """`tiny_bert`'s position limit from its options: its max_position_embeddings."""
+    return max_position_embeddings
+
+
+def tiny_roberta_positions(**_: Any) -> int:
+    """`tiny_roberta`'s position limit: its fixed table less RoBERTa's offset."""
+    return TINY_ROBERTA_POSITIONS - ROBERTA_PAD_ID - 1
 
 
 def tiny_bert(
@@ -183,7 +237,7 @@ def tiny_bert(
     num_hidden_layers: int = 2,
     num_attention_heads: int = 2,
     intermediate_size: int = 64,
-    max_position_embeddings: int = 512,
+    max_position_embeddings: int = TINY_BERT_POSITIONS,
     hidden_dropout_prob: float = 0.1,
     attention_probs_dropout_prob: float = 0.1,
 ) -> PreTrainedModel:
@@ -203,6 +257,7 @@ def tiny_bert(
 
 TINY_ROBERTA_VOCAB = 2000
 ROBERTA_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]  # ids 0-4, RoBERTa's order (pad = 1)
+ROBERTA_PAD_ID = 1
 
 
 def tiny_roberta(
@@ -220,9 +275,9 @@ def tiny_roberta(
         num_hidden_layers=num_hidden_layers,
         num_attention_heads=num_attention_heads,
         intermediate_size=intermediate_size,
-        max_position_embeddings=514,
+        max_position_embeddings=TINY_ROBERTA_POSITIONS,
         type_vocab_size=1,
-        pad_token_id=1,
+        pad_token_id=ROBERTA_PAD_ID,
         bos_token_id=0,
         eos_token_id=2,
         hidden_dropout_prob=hidden_dropout_prob,

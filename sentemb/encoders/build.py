@@ -9,6 +9,7 @@ a part is built only from a closed registry of sentemb's own classes and loaders
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -19,11 +20,12 @@ from sentemb.common.errors import SentembConfigError
 from sentemb.encoders import backbones, decoder_pooling, decoders, hicl, mntp, sarcse
 from sentemb.encoders import pooling as poolings
 from sentemb.encoders.adapters import base_fingerprint, base_model, check_adapter, is_adapted, merged, with_adapter
-from sentemb.encoders.backbones import check_backbone_options, freeze_all_but_top_layers
+from sentemb.encoders.backbones import check_backbone_options, freeze_all_but_top_layers, usable_positions
 from sentemb.encoders.checkpoint import (
     check_checkpoint_serves,
     current_targets,
     model_identity,
+    model_label,
     read_checkpoint,
 )
 from sentemb.encoders.decoders import check_attention_direction, check_decoder_options
@@ -59,6 +61,16 @@ PARTS: dict[str, dict[str, tuple[ModuleType, str]]] = {
         ],
         "head": [(sarcse, "SARCSEHead"), (mntp, "MNTPHead")],
     }.items()
+}
+
+
+# each backbone loader's position limit (the most tokens one input may have), from its options alone: nothing loads
+POSITIONS: dict[str, Callable[..., int | None]] = {
+    "sentemb.encoders.backbones.pretrained_backbone": backbones.pretrained_positions,
+    "sentemb.encoders.backbones.tiny_bert": backbones.tiny_bert_positions,
+    "sentemb.encoders.backbones.tiny_roberta": backbones.tiny_roberta_positions,
+    "sentemb.encoders.decoders.pretrained_decoder": backbones.pretrained_positions,
+    "sentemb.encoders.decoders.tiny_decoder": decoders.tiny_decoder_positions,
 }
 
 
@@ -189,6 +201,31 @@ def check_encoder_parts(model: dict, pooling: dict, head: dict | None = None, ad
     check_adapter(adapter)
     if is_decoder_config(model):
         check_decoder_options(model)
+
+
+def check_length_fits(model: dict, max_length: int | None, key: str = "data.max_length") -> None:
+    """`max_length` tokens fit the backbone's position embeddings; beyond them a long sentence stops training with an
+    IndexError at whichever step first draws one. Checked from the loader's options (a hub model's or folder's
+    config.json where stored), before anything loads; a limit not known yet is checked on the loaded model
+    (`check_positions`)."""
+    target, options = checked_part("model.backbone", model.get("backbone"))
+    limit = POSITIONS[target](**options) if target in POSITIONS else None
+    check_positions(limit, max_length, model_label(model), key)
+
+
+def check_loaded_length(backbone: Any, model: dict, max_length: int | None, key: str = "data.max_length") -> None:
+    """`check_length_fits` on the loaded backbone: a hub model not yet stored when the pre-run checks ran."""
+    check_positions(usable_positions(base_model(backbone).config), max_length, model_label(model), key)
+
+
+def check_positions(limit: int | None, max_length: int | None, label: str, key: str = "data.max_length") -> None:
+    """`key`=max_length within a backbone's position limit (None: unknown, nothing to check)."""
+    if limit is None or max_length is None or max_length <= limit:
+        return
+    raise SentembConfigError(
+        f"{key}={max_length}: model {label} takes at most {limit} tokens (its position embeddings), so a sentence "
+        f"longer than that would stop training with an IndexError. Fix: {key}={limit} or less (SimCSE's: 32)"
+    )
 
 
 def check_checkpoint_parts(hparams: dict, asked: dict, path: str | Path, key: str, fix: str) -> None:

@@ -18,12 +18,25 @@ from typing import Any
 import torch
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.file_values import Shape, checked
 
 # types beyond torch's weights-only set that sentemb checkpoints hold: none (rng_states keeps numpy's state as tensors)
 SAFE_GLOBALS: list[Any] = []
 # what Lightning writes for every LightningModule, and the parts SentembModule saves as hyper-parameters
 REQUIRED_KEYS = ("state_dict", "hyper_parameters", "pytorch-lightning_version")
 REQUIRED_HPARAMS = ("model", "pooling", "loss")
+
+HPARAMS = ("model", "pooling", "loss", "optimizer", "scheduler", "head", "grad_cache", "compile", "adapter")
+RETIRED_HPARAMS = ("gather_negatives",)  # saved by older checkpoints, read by nothing now
+# what SentembModule saves as hyper-parameters; `_target_` stands at the parts, each looked up in sentemb's closed
+# registry (encoders.build.PARTS) when built, and at the loss, optimizer and scheduler, a record of the run: a
+# checkpoint's are never built (training builds its own from the command's config)
+HPARAMS_SHAPE = Shape(
+    keys={"": (*HPARAMS, *RETIRED_HPARAMS)},
+    targets=("model.backbone", "model.tokenizer", "pooling", "head", "loss", "optimizer", "scheduler"),
+)
+BASE_SHAPE = Shape(keys={"": ("name", "config_sha256")})
+CHECKPOINT_FIX = "Fix: pass a checkpoint written by sentemb.train, unchanged"
 
 # checkpoints written before the encoder parts moved into sentemb/encoders/ name them by their old modules
 MOVED_TARGET = re.compile(r"^sentemb\.(backbones|encoder|pooling|prompt|hicl|sarcse)\.")
@@ -90,6 +103,9 @@ def read_checkpoint(path: str | Path, key: str = "checkpoint", mmap: bool = Fals
             "only if it holds tensors and plain values"
         ) from None
     check_sentemb_checkpoint(checkpoint, named)
+    # its configs are data: plain values, `_target_`s only where a part or a record of training stands
+    checked(checkpoint["hyper_parameters"], f"{named} (hyper_parameters)", HPARAMS_SHAPE, CHECKPOINT_FIX)
+    checked(checkpoint.get("base_model"), f"{named} (base_model)", BASE_SHAPE, CHECKPOINT_FIX)
     return checkpoint
 
 

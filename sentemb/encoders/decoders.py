@@ -30,7 +30,7 @@ from transformers import (
 )
 
 from sentemb.common.errors import SentembConfigError
-from sentemb.encoders.backbones import _offline_if_unreachable, check_model_source, trained_byte_bpe
+from sentemb.encoders.backbones import NO_REMOTE_CODE, _offline_if_unreachable, check_model_source, trained_byte_bpe
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,7 @@ EAGER_ONLY = ("gemma2", "gemma3_text")
 TINY_DECODER_VOCAB = 2000
 # Llama's order: <unk> 0, <s> 1, </s> 2; <pad> 3 (Llama has no pad token: real presets pad with EOS)
 DECODER_SPECIALS = ["<unk>", "<s>", "</s>", "<pad>"]
+TINY_DECODER_POSITIONS = 2048
 
 
 def decoder_overrides(bidirectional: bool, dropout: float | None) -> dict[str, object]:
@@ -92,18 +93,24 @@ def tiny_decoder(
         num_key_value_heads=num_key_value_heads,
         intermediate_size=intermediate_size,
         head_dim=hidden_size // num_attention_heads,
-        max_position_embeddings=2048,
+        max_position_embeddings=TINY_DECODER_POSITIONS,
         bos_token_id=1,
         eos_token_id=2,
         pad_token_id=3,
         tie_word_embeddings=True,
         **decoder_overrides(bidirectional, dropout),
     )
+    check_attention_options(attn_implementation)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(init_seed)
         return (AutoModelForCausalLM if with_lm_head else AutoModel).from_config(
             config, attn_implementation=attn_implementation
         )
+
+
+def tiny_decoder_positions(**_: object) -> int:
+    """`tiny_decoder`'s position limit (every family alike): its max_position_embeddings."""
+    return TINY_DECODER_POSITIONS
 
 
 def tiny_decoder_tokenizer(family: str = "llama") -> PreTrainedTokenizerBase:
@@ -124,7 +131,7 @@ def tiny_decoder_tokenizer(family: str = "llama") -> PreTrainedTokenizerBase:
         eos_token="</s>",
         unk_token="<unk>",
         pad_token="<pad>",
-        model_max_length=2048,
+        model_max_length=TINY_DECODER_POSITIONS,
     )
 
 
@@ -142,7 +149,8 @@ def pretrained_decoder(
     7B model in half the memory; `with_lm_head`: the causal-LM model (for the MNTP head).
     """
     check_model_source(name_or_path)
-    options: dict[str, object] = dict(_offline_if_unreachable(name_or_path))
+    check_attention_options(attn_implementation, torch_dtype)
+    options: dict[str, object] = {**NO_REMOTE_CODE, **_offline_if_unreachable(name_or_path)}
     config = AutoConfig.from_pretrained(name_or_path, **options)
     if config.model_type in EAGER_ONLY and attn_implementation not in (None, "eager"):
         raise SentembConfigError(
@@ -155,6 +163,24 @@ def pretrained_decoder(
         options["dtype"] = getattr(torch, torch_dtype)
     loader = AutoModelForCausalLM if with_lm_head else AutoModel
     return loader.from_pretrained(name_or_path, **options, **decoder_overrides(bidirectional, dropout))
+
+
+# transformers' own attention code paths; a hub kernel name ("org/repo") would download and run code
+ATTENTION = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def check_attention_options(attn_implementation: str | None, torch_dtype: str | None = None) -> None:
+    """model.backbone.attn_implementation and torch_dtype from closed sets (they may come from a checkpoint)."""
+    if attn_implementation is not None and attn_implementation not in ATTENTION:
+        raise SentembConfigError(
+            f"model.backbone.attn_implementation={attn_implementation!r} is not one of {', '.join(ATTENTION)}. "
+            "Fix: one of those, or null for transformers' choice"
+        )
+    if torch_dtype is not None and torch_dtype not in DTYPES:
+        raise SentembConfigError(
+            f"model.backbone.torch_dtype={torch_dtype!r} is not one of {', '.join(DTYPES)}. Fix: e.g. bfloat16"
+        )
 
 
 def pretrained_decoder_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:

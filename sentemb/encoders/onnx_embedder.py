@@ -50,6 +50,15 @@ def prepared_rows(ids: Sequence[Sequence[int]], rows: dict) -> list[list[int]]:
     raise ValueError(f"unknown rows kind {rows['kind']!r}")
 
 
+def inside(folder: Path, name: str, recipe_path: Path) -> Path:
+    """`folder / name` if that file lies inside `folder` (links resolved), else refused: a recipe or a caller that
+    names a graph elsewhere (`../`, an absolute path, a link out) gets nothing read."""
+    path = (folder / str(name)).resolve()
+    if not path.is_relative_to(folder.resolve()):
+        raise ValueError(f"{recipe_path}: graph {name!r} lies outside {folder}: refused (a graph is one of its files)")
+    return path
+
+
 class OnnxEncoder:
     """An exported folder's graph and tokenizer; `embed` / `encode` give float32 sentence embeddings."""
 
@@ -65,9 +74,10 @@ class OnnxEncoder:
         if not recipe_path.is_file():
             raise FileNotFoundError(f"{recipe_path} not found: {self.folder} is not a sentemb ONNX export")
         self.recipe = json.loads(recipe_path.read_text())
-        if self.recipe.get("format") != FORMAT:
-            raise ValueError(f"{recipe_path}: format {self.recipe.get('format')!r}, this loader reads {FORMAT}")
-        self.file = self.folder / (file or self.recipe["graphs"]["fp32"])
+        if not isinstance(self.recipe, dict) or self.recipe.get("format") != FORMAT:
+            kind = self.recipe.get("format") if isinstance(self.recipe, dict) else type(self.recipe).__name__
+            raise ValueError(f"{recipe_path}: format {kind!r}, this loader reads {FORMAT}")
+        self.file = inside(self.folder, file or self.recipe["graphs"]["fp32"], recipe_path)
         if not self.file.is_file():
             raise FileNotFoundError(f"{self.file} not found; the folder holds {sorted(self.recipe['graphs'].values())}")
         import onnxruntime as ort  # here: sentemb's poolings import this module for `prepared_rows` alone
@@ -81,7 +91,7 @@ class OnnxEncoder:
             providers=list(providers or ["CPUExecutionProvider"]),
             disabled_optimizers=self.recipe.get("disabled_optimizers") or None,  # sentemb measured them slower
         )
-        self.tokenizer = Tokenizer.from_file(str(self.folder / "tokenizer.json"))
+        self.tokenizer = Tokenizer.from_file(str(inside(self.folder, "tokenizer.json", recipe_path)))
         self.tokenizer.no_padding()  # padding and truncation are done here, as sentemb's encode() does them
         self.tokenizer.no_truncation()
         self.inputs = [i.name for i in self.session.get_inputs()]

@@ -11,6 +11,7 @@ Spearman of STS-B and SICK-R.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,11 +49,17 @@ def _tokens(text: str) -> str:
 
 def _score(text: str, path: Path, number: int) -> float:
     try:
-        return float(text)
+        score = float(text)
     except ValueError as err:
         raise SentembConfigError(
             f"{path}:{number}: gold score {text!r} is not a number. Fix: restore the file from the SentEval download."
         ) from err
+    if not math.isfinite(score):  # float() reads 'nan' and 'inf': one such score makes every correlation nan
+        raise SentembConfigError(
+            f"{path}:{number}: gold score {text!r} is not a finite number. "
+            "Fix: restore the file from the SentEval download."
+        )
+    return score
 
 
 def _require(path: Path) -> Path:

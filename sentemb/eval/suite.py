@@ -16,6 +16,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.file_values import Shape, read_json
 from sentemb.common.hydra_plumbing import resolved_container, target_name
 from sentemb.common.paths import resolve_data_root
 from sentemb.common.wandb_mode import wandb_mode
@@ -79,7 +80,7 @@ def load_encoder(
     pooling=: (encoder, its source for the record, the checkpoint's hyper-parameters or {})."""
     if cfg.get("onnx"):
         encoder = onnx_artefact(cfg)
-        graph = str(encoder.file.relative_to(encoder.folder))
+        graph = str(encoder.file.relative_to(encoder.folder.resolve()))
         return encoder, {"onnx": str(encoder.folder), "graph": graph, "pooling": {"_target_": encoder.pooling}}, {}
     if cfg.checkpoint:
         path = Path(cfg.checkpoint).expanduser()
@@ -106,7 +107,22 @@ def onnx_artefact(cfg: DictConfig) -> OnnxEncoder:
             "a .onnx file inside one. Fix: onnx=<that folder> or onnx=<that folder>/onnx/model_qint8.onnx"
         )
     file = str(path.relative_to(folders[0])) if path.is_file() else None
-    return OnnxEncoder(folders[0], file=file)
+    read_json(folders[0] / RECIPE, ONNX_RECIPE_SHAPE, ONNX_FIX)  # the one rule, before the folder's loader reads it
+    try:
+        return OnnxEncoder(folders[0], file=file)
+    except (ValueError, KeyError, TypeError) as err:  # the loader's own refusals (a graph outside its folder, ...)
+        raise SentembConfigError(f"onnx={cfg.onnx}: {err}. {ONNX_FIX}") from None
+
+
+ONNX_RECIPE_SHAPE = Shape(
+    keys={
+        "": (
+            "format", "graphs", "output", "dimension", "pooling", "padding_side", "truncation_side", "pad_token_id",
+            "rows", "disabled_optimizers",
+        )
+    }
+)  # fmt: skip
+ONNX_FIX = "Fix: export the folder again (python -m sentemb.export ... format=onnx)"
 
 
 def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:

@@ -9,6 +9,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
+from sentemb.common.file_values import Shape, checked, parse_yaml
+
 
 def job_overrides(hydra_cfg: DictConfig | None) -> list[str]:
     """The job's own command-line overrides (`key=value` strings), sweep values filled in."""
@@ -34,7 +36,10 @@ def swept_keys(hydra_cfg: DictConfig | None) -> list[str]:
     keys = [str(key) for key in (hydra_cfg.sweeper.get("params") or {})]
     multirun = Path(str(hydra_cfg.sweep.dir)) / "multirun.yaml"
     if multirun.is_file():
-        original = [str(o) for o in OmegaConf.load(multirun).hydra.overrides.task]
+        saved = parse_yaml(multirun, "Fix: restore the sweep's multirun.yaml as Hydra wrote it")
+        task = ((saved.get("hydra") or {}).get("overrides") or {}).get("task") if isinstance(saved, dict) else None
+        # override strings, parsed for their keys only (never applied): the user's interpolations are text here
+        original = [str(o) for o in checked(task or [], multirun, Shape(text=("",)))]
         parsed = OverridesParser.create().parse_overrides(original)
         keys += [o.key_or_group for o in parsed if o.is_sweep_override()]
     return list(dict.fromkeys(keys))

@@ -1,9 +1,11 @@
 """A training job from its start to its exit, around the training recipe it is given.
 
-What the run directory already holds decides whether the job runs (sentemb.runs.rerun_policy);
-nothing is written before that, so a refused or skipped job changes no byte of it. An accepted
-job then writes Hydra's files and its log (sentemb.runs.job_files), and its training runs inside
-its record, which also settles its exit status (sentemb.runs.job_outcome).
+A run directory has one writer: the job first takes its lock (sentemb.common.folder_lock), so a
+second command on a live directory is refused before it reads or writes anything. What the run
+directory already holds then decides whether the job runs (sentemb.runs.rerun_policy); nothing is
+written before that, so a refused or skipped job changes no byte of it. An accepted job then names
+itself in the lock file, writes Hydra's files and its log (sentemb.runs.job_files), and its training
+runs inside its record, which also settles its exit status (sentemb.runs.job_outcome).
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ from typing import Any
 from omegaconf import DictConfig
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.folder_lock import FolderLock, take_folder_lock
 from sentemb.common.metric_names import read_metric
 from sentemb.runs.ddp_jobs import launch_ranks, needs_rank_launch, process_rank
 from sentemb.runs.job_files import job_log, save_hydra_files
 from sentemb.runs.job_outcome import recorded_job
 from sentemb.runs.jobs import is_multirun, job_overrides
 from sentemb.runs.rerun_policy import Restart, plan_restart, set_old_checkpoints_aside
-from sentemb.training.exact_resume import check_checkpoint_path
+from sentemb.training.exact_resume import check_checkpoint_path, checkpoint_dir
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +34,64 @@ Recipe = Callable[[DictConfig], dict[str, Any]]  # one job's training: its confi
 
 
 def run_job(cfg: DictConfig, hydra_cfg: DictConfig | None, train: Recipe) -> float | None:
-    """Restart decision, `train(cfg)`, record, exit status; returns the optimized metric for sweepers (None for a
-    job its sweep goes on past)."""
+    """Run directory lock, restart decision, `train(cfg)`, record, exit status; returns the optimized metric for
+    sweepers (None for a job its sweep goes on past)."""
+    try:  # before the restart decision: a directory another live command writes in is neither read nor written
+        lock = lock_run_directory(cfg, hydra_cfg)
+    except SentembConfigError as err:
+        return refuse(err, hydra_cfg)
+    try:
+        resumed = lock_resumed_run(cfg)
+    except SentembConfigError as err:
+        if lock is not None:
+            lock.release()
+        return refuse(err, hydra_cfg)
+    try:
+        return run_locked(cfg, hydra_cfg, train, lock)
+    finally:
+        if lock is not None:  # released per job: a multirun runs its jobs one after another in this process
+            lock.release()  # a refused or skipped job's new lock file goes with it; an accepted job's stays
+        if resumed is not None:
+            resumed.release(remove=resumed.created)  # that run's folder as this job found it
+
+
+def lock_resumed_run(cfg: DictConfig) -> FolderLock | None:
+    """ckpt_path=<a checkpoint of another run folder>: this run's checkpoints go on beside it (`checkpoint_dir`),
+    so that folder is this job's too, and locked as its own (None: no such checkpoint, or a rank worker)."""
+    ckpt = cfg.get("ckpt_path")
+    if not ckpt or process_rank() != 0 or cfg.get("ddp_worker"):
+        return None
+    folder = Path(checkpoint_dir(ckpt, cfg.paths.output_dir))
+    run = folder.parent if folder.name == "checkpoints" else folder
+    if not run.is_dir() or run.resolve() == Path(cfg.paths.output_dir).resolve():
+        return None
+    lock = take_folder_lock(
+        run,
+        f"ckpt_path={ckpt} (its run folder {run}, where this run's checkpoints go on)",
+        "wait for the command writing there to finish, or copy the checkpoint into a folder of its own first",
+    )
+    lock.claim()
+    return lock
+
+
+def lock_run_directory(cfg: DictConfig, hydra_cfg: DictConfig | None) -> FolderLock | None:
+    """The run directory's lock, taken by the process that owns the job; a DDP rank worker takes none (the process
+    that started it, rank 0 or the sweep job launching its ranks, holds it)."""
+    if process_rank() != 0 or cfg.get("ddp_worker"):
+        return None
+    output_dir = Path(cfg.paths.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)  # Hydra has made it already; the lock file lives in it
+    if is_multirun(hydra_cfg):
+        named = f"the job's folder {output_dir} (hydra.sweep.dir)"
+        fix = "wait for it to finish (run the sweep again then: finished jobs are skipped), or another hydra.sweep.dir"
+    else:
+        named = f"hydra.run.dir={output_dir}"
+        fix = "wait for it to finish (the same command then skips or resumes this run), or another hydra.run.dir=..."
+    return take_folder_lock(output_dir, named, fix)
+
+
+def run_locked(cfg: DictConfig, hydra_cfg: DictConfig | None, train: Recipe, lock: FolderLock | None) -> float | None:
+    """The job once its run directory is this process's (or its job's, for a rank worker)."""
     output_dir, rank0 = Path(cfg.paths.output_dir), process_rank() == 0
     try:  # before anything is written: a bad checkpoint or a foreign run directory leaves the directory as it was
         restart = None if cfg.get("ckpt_path") or cfg.get("ddp_worker") else plan(cfg, hydra_cfg)
@@ -42,6 +101,8 @@ def run_job(cfg: DictConfig, hydra_cfg: DictConfig | None, train: Recipe) -> flo
         log.info("%s: %s", output_dir, restart.reason)
         return optimized_metric(restart.previous["metrics"], cfg)
     # accepted: only now does the job write into its run directory (.hydra/, its log, its checkpoints, its record)
+    if lock is not None:
+        lock.claim()  # the lock file names this process: a second command is refused naming it
     if rank0 and not cfg.get("ddp_worker"):  # a sweep job's ranks run in the job's directory: the job wrote .hydra/
         save_hydra_files(cfg, hydra_cfg, output_dir)
     with job_log(output_dir, hydra_cfg):

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
+from sentemb.common.file_values import Shape, checked, parse_yaml
 from sentemb.common.metric_names import DEV_SPEARMAN_BEST_LOGGED, current_name, read_metric
 from sentemb.runs.job_files import HYDRA_SUBDIR
 from sentemb.runs.record import read_records
@@ -24,6 +23,9 @@ from sentemb.runs.sweep_figures import four_digits, plain_ticks
 OPTUNA_SWEEPER = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
 HISTORY, IMPORTANCES, SLICE = "optuna_history.png", "optuna_importances.png", "optuna_slice.png"
 UNFINISHED = ("running", "preempted")  # may still finish: not a trial yet
+SWEEPER_KEYS = ("_target_", "params", "search_space", "direction")  # what the figures read of the sweeper's config
+SWEEPER = Shape(targets=("",))
+HYDRA_FILES_FIX = "Fix: restore the jobs' .hydra/ files as Hydra wrote them, or remove them (no Optuna figures then)"
 
 
 @dataclass(frozen=True)
@@ -41,10 +43,13 @@ def optuna_sweep(records: list[tuple[Path, dict[str, Any]]]) -> OptunaSweep | No
     job = next((d / HYDRA_SUBDIR for d, _ in records if (d / HYDRA_SUBDIR / "hydra.yaml").is_file()), None)
     if job is None:
         return None
-    # unresolved: the storage is a resolver call that would create its folder
-    sweeper = OmegaConf.to_container(OmegaConf.load(job / "hydra.yaml").hydra.sweeper, resolve=False)
-    if sweeper.get("_target_") != OPTUNA_SWEEPER:
+    # parsed, never resolved (the storage is a resolver call that would create its folder); the keys used are checked
+    path = job / "hydra.yaml"
+    saved = parse_yaml(path, HYDRA_FILES_FIX)
+    sweeper = ((saved or {}).get("hydra") or {}).get("sweeper") if isinstance(saved, dict) else None
+    if not isinstance(sweeper, dict) or sweeper.get("_target_") != OPTUNA_SWEEPER:
         return None
+    sweeper = checked({k: sweeper.get(k) for k in SWEEPER_KEYS}, f"{path} (hydra.sweeper)", SWEEPER, HYDRA_FILES_FIX)
     from hydra_plugins.hydra_optuna_sweeper._impl import (
         create_optuna_distribution_from_config,
         create_params_from_overrides,
@@ -55,7 +60,8 @@ def optuna_sweep(records: list[tuple[Path, dict[str, Any]]]) -> OptunaSweep | No
     else:
         space = {k: create_optuna_distribution_from_config(v) for k, v in (sweeper.get("search_space") or {}).items()}
     config = job / "config.yaml"
-    objective = OmegaConf.to_container(OmegaConf.load(config)).get("optimized_metric") if config.is_file() else None
+    saved = parse_yaml(config, HYDRA_FILES_FIX) if config.is_file() else None
+    objective = checked(saved.get("optimized_metric"), config, fix=HYDRA_FILES_FIX) if isinstance(saved, dict) else None
     direction = sweeper.get("direction") or "minimize"  # the sweeper's own default
     if isinstance(direction, list):  # a one-objective list; main returns one number
         direction = direction[0]

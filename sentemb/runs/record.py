@@ -11,6 +11,10 @@
 
 `swept` holds the job's overrides of the keys its sweep varies (see `swept_keys`), the part that
 names the job; `overrides` all of its command-line overrides.
+
+A record is read as data (sentemb.common.file_values): its keys are `RECORD_KEYS`, its values plain, and the
+override strings are text that is compared and shown; a sweep's winner parses them and checks each value again
+before it applies one (sentemb.runs.sweeps.apply_sweep_winner).
 """
 
 from __future__ import annotations
@@ -21,9 +25,17 @@ from pathlib import Path
 from typing import Any
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.file_values import Shape, read_json
 
 RECORD_NAME = "metrics.json"
 STATUSES = ("ok", "failed", "diverged", "preempted", "running")
+# every key a record may hold (write_record refuses others, so a new one is added here first)
+RECORD_KEYS = (
+    "status", "message", "metrics", "overrides", "swept", "seed", "job", "wandb", "wall_time_s",
+    "resumed", "interrupted", "step", "signal",
+)  # fmt: skip
+RECORD_SHAPE = Shape(keys={"": RECORD_KEYS}, text=("overrides", "swept", "message"))
+FIX = "Fix: restore the file, or move the run directory away to start that job afresh"
 
 
 def finite_or_none(value: Any) -> Any:
@@ -35,6 +47,9 @@ def write_record(directory: Path, record: dict[str, Any]) -> Path:
     """Write `metrics.json` atomically (a sweep report may read while jobs still run)."""
     if record.get("status") not in STATUSES:
         raise ValueError(f"status {record.get('status')!r} is not one of {STATUSES}")
+    unknown = sorted(set(record) - set(RECORD_KEYS))
+    if unknown:
+        raise ValueError(f"record keys {unknown} are not in RECORD_KEYS (sentemb.runs.record)")
     directory.mkdir(parents=True, exist_ok=True)
     clean = {**record, "metrics": {k: finite_or_none(v) for k, v in (record.get("metrics") or {}).items()}}
     path = directory / RECORD_NAME
@@ -49,18 +64,28 @@ def read_record(directory: Path) -> dict[str, Any] | None:
     path = Path(directory) / RECORD_NAME
     if not path.is_file():
         return None
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as err:  # written atomically, so only a hand edit or a full disk gets here
-        raise SentembConfigError(
-            f"{path}:{err.lineno}: not valid JSON ({err.msg}). Fix: restore the file, or move the run directory "
-            "away to start that job afresh"
-        ) from err
+    # written atomically, so only a hand edit, a full disk or a file from elsewhere is refused here
+    return checked_record(read_json(path, RECORD_SHAPE, FIX), path)
+
+
+def checked_record(record: Any, path: Path) -> dict[str, Any]:
+    """A record's shape (a dict with a known status, its metrics a dict, its overrides a list of strings), beyond the
+    plain values `read_json` checked."""
+    if not isinstance(record, dict):
+        raise SentembConfigError(f"{path}: holds a {type(record).__name__}, not a job's record (a dict). {FIX}")
+    if record.get("status") not in STATUSES:
+        raise SentembConfigError(f"{path}: status={record.get('status')!r} is not one of {', '.join(STATUSES)}. {FIX}")
+    for key, kind in (("metrics", dict), ("overrides", list), ("swept", dict), ("wandb", dict)):
+        if record.get(key) is not None and not isinstance(record[key], kind):
+            raise SentembConfigError(f"{path}: {key} must be a {kind.__name__}. {FIX}")
+    if not all(isinstance(o, str) for o in record.get("overrides") or []):
+        raise SentembConfigError(f"{path}: overrides must be strings (key=value). {FIX}")
+    return record
 
 
 def read_records(sweep_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
     """Every job's record under a sweep directory, in job order."""
-    found = [(p.parent, json.loads(p.read_text())) for p in Path(sweep_dir).rglob(RECORD_NAME)]
+    found = [(p.parent, read_record(p.parent)) for p in Path(sweep_dir).rglob(RECORD_NAME)]
     return sorted(found, key=lambda item: (len(item[0].parts), _job_order(item[0].name)))
 
 

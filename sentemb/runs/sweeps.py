@@ -35,6 +35,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.file_values import Shape, checked
 from sentemb.common.metric_names import BEST_STEP, DEV_SPEARMAN_BEST_RESCORED, TEST_SPEARMAN, read_metric
 from sentemb.common.wandb_mode import wandb_mode
 from sentemb.runs.jobs import current_hydra, job_overrides, override_key
@@ -261,6 +262,11 @@ def sqlite_storage(directory: str) -> str:
     return f"sqlite:///{folder / 'optuna.db'}"
 
 
+# top-level keys a sweep winner never sets: where the run reads and writes, what it resumes or loads, how it runs
+NOT_FROM_SWEEP = ("hydra", "paths", "ckpt_path", "from_sweep", "auto_resume", "ddp_worker", "logger", "callbacks")
+WINNER_FIX = "Fix: pass the values you want on the command line instead of from_sweep="
+
+
 def apply_sweep_winner(cfg: DictConfig) -> list[str]:
     """`from_sweep=<dir>`: set the best configuration of that finished sweep, except keys this job overrides itself.
 
@@ -277,6 +283,13 @@ def apply_sweep_winner(cfg: DictConfig) -> list[str]:
         key = override.key_or_group
         if key in own:
             continue
+        # the one rule for values read from files: plain, no interpolation, no `_target_`, at any depth
+        checked(override.value(), f"from_sweep={source} (its winner's {RECORD_NAME} files)", Shape(), WINNER_FIX)
+        if key.split(".", 1)[0] in NOT_FROM_SWEEP:
+            raise SentembConfigError(
+                f"from_sweep={source}: its winner sets {key}, which a sweep record may not set (it names files or "
+                f"how sentemb runs, not a hyper-parameter). {WINNER_FIX}"
+            )
         if key in groups or OmegaConf.select(cfg, key, default=None) is None:
             raise SentembConfigError(
                 f"from_sweep={source}: its winner sets {key}={override.value()}, which is not a value of this "

@@ -6,6 +6,7 @@ Whether W&B logs online at all is decided in sentemb.common.wandb_mode.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sys
 import uuid
@@ -92,7 +93,16 @@ def wandb_run_id(checkpoint_dir: Path) -> str:
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(uuid.uuid4().hex[:12] + "\n")  # W&B takes any [a-z0-9] id; it makes 8-character ones
-    return path.read_text().strip()
+    run_id = path.read_text(encoding="utf-8", errors="replace").strip()
+    if not RUN_ID.fullmatch(run_id):  # read from a file: an id, nothing else reaches wandb.init
+        raise SentembConfigError(
+            f"{path}: {run_id[:40]!r} is not a W&B run id (letters and digits, 1-64). Fix: delete the file (the run "
+            "then logs to a new W&B run) or restore it"
+        )
+    return run_id
+
+
+RUN_ID = re.compile(r"[A-Za-z0-9]{1,64}")
 
 
 def finish_wandb(record: dict[str, Any] | None = None) -> None:

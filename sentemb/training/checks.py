@@ -7,7 +7,9 @@ this only calls them in order.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -17,18 +19,26 @@ from sentemb.common.hydra_plumbing import instantiate_checked, resolved_containe
 from sentemb.common.metric_names import check_metric_name
 from sentemb.common.paths import resolve_data_root
 from sentemb.data.corpus import CorpusReport, check_corpus
-from sentemb.data.datamodule import check_batching
+from sentemb.data.datamodule import check_batching, check_corpus_fills_batch
 from sentemb.data.streaming import check_streaming
 from sentemb.encoders.adapters import check_adapter
 from sentemb.encoders.backbones import check_model
-from sentemb.encoders.build import attach_head, build_part, check_head_fits, check_pooling_fits, is_decoder_config
+from sentemb.encoders.build import (
+    attach_head,
+    build_part,
+    check_head_fits,
+    check_length_fits,
+    check_pooling_fits,
+    is_decoder_config,
+)
 from sentemb.encoders.decoders import check_decoder_options, warn_without_dropout
 from sentemb.training.callbacks import check_every_n_steps
 from sentemb.training.exact_resume import check_checkpoint_path
 from sentemb.training.grad_cache import check_grad_cache
-from sentemb.training.sharding import check_sharding
+from sentemb.training.sharding import check_sharding, devices_asked
 from sentemb.training.trainer import check_devices
 
+MAX_SEED = 2**32 - 1  # numpy's (Lightning's seed_everything seeds it too)
 TOY_SIZE = 8  # poolings and heads are built at this width to run their constructors' checks in milliseconds
 
 
@@ -41,9 +51,29 @@ def prepare_run(cfg: DictConfig) -> CorpusReport:
     check_parts(cfg)
     check_devices(cfg.trainer)  # trainer=gpu without a GPU: here, not after the model loaded
     check_model(cfg.model)  # an unreachable hub fails here, in seconds
+    # a long sentence past the position embeddings would stop training with an IndexError at some later step
+    check_length_fits(resolved_container(cfg.model), cfg.data.get("max_length"))
     check_checkpoint_path(cfg.get("ckpt_path"), cfg)  # whole, a sentemb checkpoint, of this model
     cfg.paths.data_dir = str(resolve_data_root(cfg.paths.data_dir))
-    return check_corpus(Path(cfg.data.corpus).expanduser(), streaming=bool(cfg.data.get("streaming")))
+    report = check_corpus(Path(cfg.data.corpus).expanduser(), streaming=bool(cfg.data.get("streaming")))
+    check_corpus_fills_batch(report, cfg.data.get("batch_size"), processes(cfg.trainer))
+    return report
+
+
+def processes(trainer: Mapping[str, Any]) -> int:
+    """The data-parallel processes a trainer config asks for, each with its own data.batch_size; 1 where only
+    Lightning knows (trainer.devices=auto or -1): a lower bound, so no corpus is refused that might suffice."""
+    return max(devices_asked(trainer.get("devices")), 1) * int(trainer.get("num_nodes") or 1)
+
+
+def check_seed(value: Any, key: str = "seed") -> None:
+    """A seed is a whole number numpy takes (0 to 2**32 - 1); Lightning's seed_everything would raise a bare
+    ValueError naming no key (seed=abc), or pick 0 for one out of bounds."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_SEED:
+        return
+    raise SentembConfigError(
+        f"{key}={value!r} is not a seed: it must be a whole number from 0 to {MAX_SEED}. Fix: e.g. {key}=42"
+    )
 
 
 def check_parts(cfg: DictConfig) -> None:
@@ -72,6 +102,9 @@ def check_parts(cfg: DictConfig) -> None:
     check_grad_cache(cfg.get("grad_cache"), cfg.data.batch_size)
     check_batching(cfg.data.get("batch_size"), cfg.data.get("max_length"))
     check_every_n_steps(cfg.eval.every_n_steps)
+    check_seed(cfg.get("seed"))
+    if "seed" in cfg.data:  # the shuffle's own generator: ${seed} unless set apart
+        check_seed(cfg.data.seed, "data.seed")
     check_streaming(cfg.data, cfg.trainer)
     check_sharding(cfg)  # trainer=fsdp: several processes, a precision FSDP2 takes
     if cfg.get("optimized_metric"):  # a typo would otherwise surface only when the job ends

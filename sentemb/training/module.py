@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -22,7 +23,7 @@ from sentemb.common.errors import SentembConfigError, TrainingDiverged
 from sentemb.common.hydra_plumbing import resolved_container
 from sentemb.encoders.adapters import base_fingerprint, is_adapted
 from sentemb.encoders.build import build_encoder, check_base_fingerprint
-from sentemb.encoders.checkpoint import model_label
+from sentemb.encoders.checkpoint import model_label, read_checkpoint
 from sentemb.encoders.pooling import TrainingViews
 from sentemb.losses import LossOutput
 from sentemb.losses.base import LazyStats
@@ -59,6 +60,21 @@ class SentembModule(L.LightningModule):
         # from_pretrained returns the backbone in eval mode and Lightning keeps submodule modes:
         # without this, dropout is off and the two views are identical (no SimCSE at all)
         self.train()
+
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path: str | Path, *args: Any, **kwargs: Any) -> SentembModule:
+        """Lightning's loader, after sentemb's checks: the file through `read_checkpoint` (whole, weights-only, its
+        hyper-parameters plain data), and the loss, optimizer and scheduler it would build sentemb's own or torch's and
+        transformers' (`check_built_targets`); read weights-only, and with no `hparams_file` (a YAML Lightning would
+        merge in unchecked)."""
+        if kwargs.get("hparams_file") is not None:
+            raise SentembConfigError(
+                "SentembModule.load_from_checkpoint: hparams_file is not read (a checkpoint holds its own "
+                "hyper-parameters). Fix: drop hparams_file, or pass the values you change as keyword arguments"
+            )
+        checkpoint = read_checkpoint(checkpoint_path)
+        check_built_targets(checkpoint["hyper_parameters"], f"checkpoint={checkpoint_path}")
+        return super().load_from_checkpoint(checkpoint_path, *args, **{**kwargs, "weights_only": True})
 
     @classmethod
     def from_config(cls, cfg: DictConfig | Mapping[str, Any]) -> SentembModule:
@@ -234,7 +250,17 @@ class SentembModule(L.LightningModule):
             torch.nn.utils.clip_grads_with_norm_(parameters, gradient_clip_val, norm)
 
     def raise_non_finite_gradient(self) -> None:
-        name = next(n for n, p in self.named_parameters() if p.grad is not None and not torch.isfinite(p.grad).all())
+        """The TrainingDiverged of a non-finite gradient norm: the parameter whose gradient is not finite, or, every
+        gradient finite, the norm's own overflow (float32 sums of squares pass 3.4e38 from |g| ~ 1e19)."""
+        name = next(
+            (n for n, p in self.named_parameters() if p.grad is not None and not torch.isfinite(p.grad).all()), None
+        )
+        if name is None:  # a bare next() would raise StopIteration, which Lightning takes for the end of the data
+            raise TrainingDiverged(
+                f"training diverged at step {self.global_step}: the total gradient norm overflowed to inf although "
+                "each parameter's gradient is finite (train/loss was finite): the gradients are too large to clip. "
+                "Fix: a larger loss.tau (e.g. 0.05), a smaller optimizer.lr"
+            )
         raise TrainingDiverged(
             f"training diverged at step {self.global_step}: the gradient of {name} is not finite "
             f"(train/loss was finite). Fix: a smaller optimizer.lr, a larger loss.tau, or trainer.precision=32-true"
@@ -255,6 +281,28 @@ class SentembModule(L.LightningModule):
             optimizer, num_training_steps=int(self.trainer.estimated_stepping_batches)
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+# what a checkpoint's loss, optimizer and scheduler may be built from: sentemb's objectives, torch's optimizers and
+# schedulers, transformers' schedules (packages whose modules run no code of a file's when imported)
+BUILT_FROM = {
+    "loss": ("sentemb.losses.",),
+    "optimizer": ("torch.optim.",),
+    "scheduler": ("transformers.", "torch.optim.lr_scheduler."),
+}
+
+
+def check_built_targets(hparams: Mapping[str, Any], named: str) -> None:
+    """The `_target_`s Lightning's `load_from_checkpoint` would build (SentembModule's `instantiate` of the loss,
+    optimizer and scheduler) name sentemb's, torch's or transformers' own; else refused before anything is built."""
+    for part, packages in BUILT_FROM.items():
+        target = str((hparams.get(part) or {}).get("_target_", packages[0]))
+        if not target.startswith(packages):
+            raise SentembConfigError(
+                f"{named}: {part}._target_={target!r} is not one of {' or '.join(f'{p}*' for p in packages)}: "
+                "refused, nothing was built. Fix: load the encoder alone (sentemb.encoders.build."
+                "load_checkpoint_encoder), or a checkpoint written by sentemb.train"
+            )
 
 
 def logging_step(trainer: L.Trainer) -> bool:

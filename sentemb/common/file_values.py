@@ -1,0 +1,130 @@
+"""The one rule for every value sentemb reads from a file: data, never code.
+
+Run records (metrics.json), a sweep's winner (from_sweep=), checkpoints' hyper-parameters, exported and
+adapter folders' JSON, ONNX recipes and Hydra's saved .hydra/*.yaml all pass through `checked` before
+anything uses them. It lets through:
+- None, booleans, numbers and strings, and lists and string-keyed dicts of them (nothing else a parser or an
+  unpickler could build);
+- no interpolation: no string holds `${` (OmegaConf would resolve it: call a resolver, read the environment),
+  except in the fields a reader declares opaque text (compared or shown, never put into a config);
+- no `_target_` key, except at the nodes a reader names, and there a dotted name only: a part that
+  `sentemb.encoders.build` looks up in its closed registry, or the record of what a run trained with, never built;
+- where a reader knows the keys a node may hold, those only.
+A refusal is a SentembConfigError naming the file, the key and the fix, raised before anything is built.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sentemb.common.errors import SentembConfigError
+
+INTERPOLATION = "${"
+TARGET = "_target_"
+DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
+REWRITE = "Fix: restore the file as sentemb wrote it, or write it again with the sentemb command that made it"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a reader knows of a file's values. Paths are dotted keys (`model.backbone`), "" the top; list items
+    share their list's path."""
+
+    keys: Mapping[str, Collection[str]] = field(default_factory=dict)  # node path → the keys it may hold
+    targets: Collection[str] = ()  # node paths where a `_target_` (a dotted name) may stand
+    text: Collection[str] = ()  # paths of opaque text: `${` allowed (never resolved: compared or shown)
+
+
+PLAIN = Shape()
+
+
+def checked(value: Any, source: str | Path, shape: Shape = PLAIN, fix: str = REWRITE) -> Any:
+    """`value` itself if it obeys the rule (see the module's docstring), else a SentembConfigError naming `source`
+    (the file), the key and `fix`."""
+    _check(value, "", shape, lambda key, why: _refuse(source, key, why, fix))
+    return value
+
+
+def _check(value: Any, path: str, shape: Shape, refuse: Any) -> None:
+    if value is None or isinstance(value, bool | int | float):
+        return
+    if isinstance(value, str):
+        if INTERPOLATION in value and not _is_text(path, shape):
+            refuse(path, f"holds an interpolation ({_clip(value)}), which sentemb never resolves from a file")
+        return
+    if isinstance(value, list | tuple):
+        for item in value:
+            _check(item, path, shape, refuse)
+        return
+    if isinstance(value, dict):
+        _check_node(value, path, shape, refuse)
+        return
+    refuse(path, f"holds a {type(value).__name__}, not a plain value (null, bool, number, string, list or dict)")
+
+
+def _check_node(node: dict, path: str, shape: Shape, refuse: Any) -> None:
+    allowed = shape.keys.get(path)
+    for key, item in node.items():
+        where = f"{path}.{key}" if path else str(key)
+        if not isinstance(key, str):
+            refuse(path, f"has a non-string key {key!r}")
+        if key == TARGET:
+            if path not in shape.targets:
+                refuse(where, "names code to build (a `_target_`), which no sentemb file may hold there")
+            if not (isinstance(item, str) and DOTTED_NAME.fullmatch(item)):
+                refuse(where, f"must be a dotted name (module.Name), not {_clip(item)}")
+            continue
+        if allowed is not None and key not in allowed:
+            refuse(where, f"is not a key sentemb reads there ({', '.join(sorted(allowed))})")
+        _check(item, where, shape, refuse)
+
+
+def _is_text(path: str, shape: Shape) -> bool:
+    return any(path == text or path.startswith(f"{text}.") for text in shape.text)
+
+
+def _clip(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _refuse(source: str | Path, key: str, why: str, fix: str) -> None:
+    raise SentembConfigError(f"{source}: {key or 'the file'} {why}: refused, nothing in it was run. {fix}")
+
+
+def read_json(path: Path, shape: Shape = PLAIN, fix: str = REWRITE) -> Any:
+    """A JSON file's value through `checked`; unreadable or invalid JSON is named with its line."""
+    try:
+        value = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise SentembConfigError(f"{path}:{err.lineno}: not valid JSON ({err.msg}). {fix}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise SentembConfigError(f"{path}: unreadable ({err}). {fix}") from None
+    return checked(value, path, shape, fix)
+
+
+def read_yaml(path: Path, shape: Shape = PLAIN, fix: str = REWRITE) -> Any:
+    """A YAML file's value through `checked`, parsed by `parse_yaml`."""
+    return checked(parse_yaml(path, fix), path, shape, fix)
+
+
+def parse_yaml(path: Path, fix: str = REWRITE) -> Any:
+    """A YAML file parsed by PyYAML's safe loader (a `!!python/...` tag builds nothing: it is refused with its line),
+    for a reader that passes the parts it uses through `checked` (Hydra's hydra.yaml holds its own interpolations)."""
+    import yaml
+
+    try:
+        value = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or type(err).__name__
+        raise SentembConfigError(f"{path}{line}: not YAML that sentemb reads ({problem}). {fix}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise SentembConfigError(f"{path}: unreadable ({err}). {fix}") from None
+    return value

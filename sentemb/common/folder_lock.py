@@ -1,0 +1,145 @@
+"""One writer per folder: a POSIX lock (`fcntl.lockf`) on `<folder>/.sentemb.lock`, held while a command writes there.
+
+`lockf` locks are what NFS locks across machines (its lock manager), and the kernel (or the NFS
+server) releases them when their process dies: a lock file left by a killed process is simply
+taken over. The file names its holder (host, PID, command, start time) once the holder has
+`claim`ed the folder, so a refused command can say who writes there.
+
+A lock file is unlinked only by the process holding its lock, and a lock counts only when the
+locked file is still the one at its path: so a holder that removes its file (`release`) never
+lets two processes in. POSIX locks belong to a process, not to a file descriptor: a process must
+not open and close its own lock file elsewhere while it holds it (the close would drop the lock).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import shlex
+import socket
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from sentemb.common.errors import SentembConfigError
+
+LOCK_NAME = ".sentemb.lock"
+
+
+@dataclass
+class FolderLock:
+    """A held lock on `path` (`<folder>/.sentemb.lock`); `created`: this process made the file."""
+
+    path: Path
+    fd: int | None
+    created: bool
+    claimed: bool = field(default=False)
+
+    def claim(self, command: str | None = None) -> None:
+        """Name this process in the lock file: the folder is now this command's (a refused command names it)."""
+        holder = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "command": command or this_command(),
+            "started": datetime.now().astimezone().isoformat(timespec="seconds"),
+        }
+        data = (json.dumps(holder, indent=2) + "\n").encode()
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, data, 0)
+        os.fsync(self.fd)  # on NFS: visible to a command refused on another machine
+        self.claimed = True
+
+    def release(self, remove: bool = False) -> None:
+        """Let go; the lock file goes too when asked, or when this process made it and never claimed the folder
+        (a refused or skipped command leaves the folder as it found it)."""
+        if self.fd is None:
+            return
+        try:
+            if remove or (self.created and not self.claimed):
+                self.path.unlink(missing_ok=True)  # while still locked: see the module's docstring
+        finally:
+            os.close(self.fd)  # drops the lock
+            self.fd = None
+
+
+def this_command() -> str:
+    """This process's command line as typed: `python -m sentemb.<command> ...` for one of sentemb's commands."""
+    script = Path(sys.argv[0])
+    if script.suffix == ".py" and script.parent.name == "sentemb":  # what `python -m` leaves in argv[0]
+        return shlex.join(["python", "-m", f"sentemb.{script.stem}", *sys.argv[1:]])
+    return shlex.join(sys.argv)
+
+
+def take_folder_lock(folder: Path, named: str, fix: str) -> FolderLock:
+    """The lock of `folder` (which must exist), at once or not at all: a folder another live process holds raises
+    SentembConfigError naming that process, the folder as `named` (with the setting that chose it) and `fix`."""
+    path = folder / LOCK_NAME
+    while True:
+        fd, created = open_lock_file(path, named)
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            holder = read_holder(fd)
+            os.close(fd)  # what this process may have created stays: the holder is using it
+            if err.errno not in (errno.EACCES, errno.EAGAIN):
+                raise SentembConfigError(
+                    f"{named}: {path} cannot be locked ({err}). Fix: a folder on a file system with "
+                    "POSIX locks (NFS needs its lock service), or another folder"
+                ) from err
+            raise SentembConfigError(
+                f"{named} is in use by {holder}: a folder has one writer, so this command stopped "
+                f"without writing anything. Fix: {fix}"
+            ) from None
+        if is_current(fd, path):
+            return FolderLock(path, fd, created)
+        os.close(fd)  # its holder removed that file after this process opened it: lock the one at the path now
+
+
+def open_lock_file(path: Path, named: str) -> tuple[int, bool]:
+    """A read-write descriptor of the lock file, and whether this process created it."""
+    while True:
+        try:
+            return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644), True
+        except FileExistsError:
+            pass
+        except OSError as err:
+            raise unwritable(path, named, err) from err
+        try:
+            return os.open(path, os.O_RDWR), False
+        except FileNotFoundError:
+            continue  # removed by its holder in between: create it
+        except OSError as err:
+            raise unwritable(path, named, err) from err
+
+
+def unwritable(path: Path, named: str, err: OSError) -> SentembConfigError:
+    return SentembConfigError(
+        f"{named}: its lock file {path} cannot be opened for writing ({err.strerror}). "
+        "Fix: a folder this user can write to"
+    )
+
+
+def is_current(fd: int, path: Path) -> bool:
+    """The locked file is the one at `path` (not one its holder unlinked meanwhile)."""
+    try:
+        here, there = os.fstat(fd), os.stat(path)
+    except FileNotFoundError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+
+
+def read_holder(fd: int) -> str:
+    """Who holds the lock, in words, from what it wrote in the lock file."""
+    try:
+        holder = json.loads(os.pread(fd, 65536, 0).decode() or "null")
+    except (OSError, ValueError):
+        holder = None
+    if not isinstance(holder, dict) or "pid" not in holder:
+        return "another process (it has not named itself in the lock file yet)"
+    return (
+        f"PID {holder['pid']} on {holder.get('host', '?')} (since {holder.get('started', '?')}: "
+        f"{holder.get('command', '?')})"
+    )

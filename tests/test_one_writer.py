@@ -1,0 +1,280 @@
+"""A folder has one writer, and a stopped job never looks finished.
+
+A run directory's lock (sentemb.common.folder_lock, taken in sentemb.runs.lifecycle before the
+restart decision) refuses a second training command in seconds, naming the live one, and changes
+no byte; a lock its holder's death released is taken over. An export's out= is locked the same
+way. A preemption signal at any point of a job exits with 128 + its number and `preempted` in
+metrics.json (sentemb.runs.job_outcome), not only at a training step's end.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+import sentemb.train
+from sentemb.common.errors import SentembConfigError
+from sentemb.common.folder_lock import LOCK_NAME
+from sentemb.common.hydra_plumbing import compose_config
+from sentemb.common.metric_names import DEV_SPEARMAN_BEST_LOGGED
+from sentemb.common.paths import CONF_DIR
+from sentemb.export import export
+from sentemb.runs.record import read_record, write_record
+from tests.conftest import tree
+
+FINISHED = ["model=tiny", "logger=csv", "trainer.max_steps=2"]
+SECONDS = 15  # "refused in seconds": the refusal comes before any model loads, on a slow shared CPU too
+
+# a process that holds a folder's lock (as a live training or export does) until it is killed
+HOLDER = """
+import sys, time
+from pathlib import Path
+from sentemb.common.folder_lock import take_folder_lock
+take_folder_lock(Path(sys.argv[1]), "test", "wait").claim("a test holding the lock")
+print("locked", flush=True)
+time.sleep(300)
+"""
+
+
+@pytest.fixture
+def hold_lock():
+    """`hold(folder)`: a live process holding `folder`'s lock (and named in its lock file); killed after the test."""
+    started: list[subprocess.Popen] = []
+
+    def hold(folder: Path) -> subprocess.Popen:
+        process = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder)], stdout=subprocess.PIPE, text=True)
+        started.append(process)
+        assert process.stdout.readline() == "locked\n"
+        return process
+
+    yield hold
+    for process in started:
+        process.kill()
+        process.wait()
+        process.stdout.close()
+
+
+@pytest.fixture
+def fake_training(monkeypatch):
+    """`train` replaced by one log line and a metric: the job around it (lock, restart plan, record) is real."""
+
+    def train(cfg):
+        logging.getLogger("sentemb.train").info("training %s", cfg.trainer.max_steps)
+        return {DEV_SPEARMAN_BEST_LOGGED: 0.25}
+
+    monkeypatch.setattr(sentemb.train, "train", train)
+
+
+@pytest.fixture
+def sigterm_handler():
+    """A handler already installed for SIGTERM, as submitit's is: calls to it are listed (it must be called only by
+    the job's requeue, after the job's own handlers are gone), and it keeps this test process alive if not."""
+    calls: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: calls.append(signum))
+    handler = signal.getsignal(signal.SIGTERM)
+    yield handler, calls
+    signal.signal(signal.SIGTERM, previous)
+
+
+def not_reached(cfg):
+    pytest.fail("the job trained although its folder was refused")
+
+
+def dead_pid() -> int:
+    return int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True).stdout)
+
+
+def holder(folder: Path) -> dict:
+    return json.loads((folder / LOCK_NAME).read_text())
+
+
+def test_a_training_command_on_a_folder_in_use_is_refused_in_seconds_naming_it(cli, tmp_path, hold_lock, monkeypatch):
+    run = tmp_path / "run"
+    write_record(run, {"status": "running", "message": "", "metrics": {}, "overrides": FINISHED})  # a live run's
+    live = hold_lock(run)
+    before = tree(run)
+    monkeypatch.setattr(sentemb.train, "train", not_reached)
+    started = time.monotonic()
+    expected = rf"hydra\.run\.dir={re.escape(str(run))} is in use by PID {live.pid} on .*Fix: wait for it to finish"
+    with pytest.raises(SystemExit, match=expected):
+        cli([*FINISHED, f"hydra.run.dir={run}"])  # the same command: without the lock, it would resume the live run
+    assert time.monotonic() - started < SECONDS
+    assert tree(run) == before, "the live run's record and lock file untouched, nothing added"
+
+
+def test_resuming_another_live_runs_checkpoint_into_a_new_folder_is_refused(cli, tmp_path, hold_lock, monkeypatch):
+    # ckpt_path=<run A's checkpoint>: the new run's checkpoints go on in A's checkpoints/, so A's folder is locked too
+    run_a, run_b = tmp_path / "a", tmp_path / "b"
+    (run_a / "checkpoints").mkdir(parents=True)
+    (run_a / "checkpoints" / "last.ckpt").write_bytes(b"A's")
+    live = hold_lock(run_a)
+    before = tree(run_a)
+    monkeypatch.setattr(sentemb.train, "train", not_reached)
+    ckpt = run_a / "checkpoints" / "last.ckpt"
+    with pytest.raises(SystemExit, match=rf"ckpt_path={re.escape(str(ckpt))} .* is in use by PID {live.pid}"):
+        cli([*FINISHED, f"ckpt_path={ckpt}", f"hydra.run.dir={run_b}"])
+    assert tree(run_a) == before and not (run_b / LOCK_NAME).exists()
+
+
+def test_a_lock_file_its_dead_holder_left_is_taken_over(cli, tmp_path, fake_training):
+    run = tmp_path / "run"
+    write_record(run, {"status": "running", "message": "", "metrics": {}, "overrides": FINISHED})  # killed outright
+    (run / LOCK_NAME).write_text(json.dumps({"host": "elsewhere", "pid": dead_pid(), "command": "train"}))
+    cli([*FINISHED, f"hydra.run.dir={run}"])
+    assert read_record(run)["status"] == "ok"
+    assert "running; started afresh" in (run / "train.log").read_text()
+    assert holder(run)["pid"] == os.getpid() and holder(run)["host"], "the accepted job names itself, and stays"
+
+
+def test_a_rank_worker_takes_no_lock(cli, tmp_path, fake_training):
+    cli([*FINISHED, "ddp_worker=true", "hydra.job.name=rank0", f"hydra.run.dir={tmp_path}"])  # its job holds it
+    assert read_record(tmp_path)["status"] == "ok" and not (tmp_path / LOCK_NAME).exists()
+
+
+def test_a_sweep_job_whose_folder_is_in_use_is_logged_and_the_sweep_goes_on(
+    cli, tmp_path, hold_lock, fake_training, capsys
+):
+    (tmp_path / "0").mkdir()
+    live = hold_lock(tmp_path / "0")
+    before = tree(tmp_path / "0")
+    cli(["-m", *FINISHED, "loss.tau=0.05,0.1", f"hydra.sweep.dir={tmp_path}"])
+    assert tree(tmp_path / "0") == before and read_record(tmp_path / "1")["status"] == "ok"
+    logged = f"job 0: the job's folder {tmp_path / '0'} (hydra.sweep.dir) is in use by PID {live.pid} on "
+    console = capsys.readouterr().out  # Hydra's console log
+    assert logged in console and "(the sweep goes on)" in console
+
+
+def compose_export(overrides: list[str]):
+    return compose_config(CONF_DIR, "export", overrides)
+
+
+def test_an_export_into_a_folder_another_export_writes_in_is_refused_and_changes_nothing(tmp_path, hold_lock):
+    out = tmp_path / "out"
+    out.mkdir()
+    live = hold_lock(out)
+    before = tree(out)
+    started = time.monotonic()
+    with pytest.raises(SentembConfigError, match=rf"out=.* is in use by PID {live.pid} on .*Fix: wait for that"):
+        export(compose_export(["model=tiny", "pooling=cls", f"out={out}"]))
+    assert time.monotonic() - started < SECONDS and tree(out) == before
+
+
+def test_an_export_leaves_no_lock_file_and_a_refused_one_leaves_no_folder(tmp_path):
+    out = export(compose_export(["model=tiny", "pooling=cls", f"out={tmp_path / 'new' / 'out'}"]))
+    assert (out / "README.md").is_file() and not (out / LOCK_NAME).exists(), "the artefacts alone"
+
+    missing = tmp_path / "made" / "by" / "export"
+    with pytest.raises(SentembConfigError):
+        export(compose_export([f"checkpoint={tmp_path / 'none.ckpt'}", f"out={missing}"]))
+    assert not (tmp_path / "made").exists(), "the folders the refused export made are gone"
+
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "keep.txt").write_text("results")
+    with pytest.raises(SentembConfigError, match="is not empty"):
+        export(compose_export(["model=tiny", "pooling=cls", f"out={kept}"]))
+    assert sorted(p.name for p in kept.iterdir()) == ["keep.txt"], "its lock file gone too"
+
+
+@pytest.mark.slow  # two exports at once (subprocesses): make test-slow
+def test_two_exports_started_together_into_one_new_folder_one_exports_the_other_changes_nothing(tmp_path):
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "sentemb.export", "model=tiny", "pooling=cls", f"out={out}"]
+    processes = [subprocess.Popen(command, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    ended = sorted((process.communicate(timeout=600)[1], process.returncode)[::-1] for process in processes)
+    (exported, exported_err), (refused, message) = ended
+    assert exported == 0, exported_err[-3000:]
+    # refused by the lock while the other writes, or (had it finished first) by its emptiness check
+    assert refused == 1 and ("is in use by PID" in message or "is not empty" in message), message[-3000:]
+    assert (out / "README.md").is_file() and not (out / LOCK_NAME).exists(), "one export's artefacts alone"
+
+
+def test_sigterm_outside_a_training_step_exits_143_and_records_preempted(cli, tmp_path, monkeypatch, sigterm_handler):
+    handler, calls = sigterm_handler
+
+    def train(cfg):  # a signal while the model builds or the dev evaluation at start runs
+        signal.raise_signal(signal.SIGTERM)
+        pytest.fail("the job went on after SIGTERM")
+
+    monkeypatch.setattr(sentemb.train, "train", train)
+    with pytest.raises(SystemExit) as stopped:
+        cli([*FINISHED, f"hydra.run.dir={tmp_path}"])
+    assert stopped.value.code == 128 + signal.SIGTERM
+    record = read_record(tmp_path)
+    assert record["status"] == "preempted" and record["signal"] == "SIGTERM", record
+    assert "outside a training step: nothing was saved" in record["message"]
+    assert calls == [signal.SIGTERM], "handed on once to the handler found (submitit's requeue), after the job's"
+    assert signal.getsignal(signal.SIGTERM) is handler, "the job's handlers are gone"
+
+
+def test_lightnings_sigterm_exception_is_a_preemption_not_a_success(cli, tmp_path, monkeypatch, sigterm_handler):
+    def train(cfg):  # what Lightning raises when its own SIGTERM handler noted the signal: a SystemExit(0)
+        raise SIGTERMException
+
+    monkeypatch.setattr(sentemb.train, "train", train)
+    with pytest.raises(SystemExit) as stopped:
+        cli([*FINISHED, f"hydra.run.dir={tmp_path}"])
+    assert stopped.value.code == 128 + signal.SIGTERM and read_record(tmp_path)["status"] == "preempted"
+
+
+def train_command(args: list[str], run_dir: Path) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_MODE", "WANDB_API_KEY")}
+    command = [sys.executable, "-m", "sentemb.train", *args, f"hydra.run.dir={run_dir}"]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+@pytest.mark.slow  # two trainings at once (subprocesses): make test-slow
+def test_two_trainings_started_together_on_one_folder_one_trains_the_other_is_refused(
+    tiny_overrides, small_stsb, tmp_path
+):
+    run = tmp_path / "run"
+    job = [*tiny_overrides, f"eval.stsb_dir={small_stsb}", "trainer.max_steps=12"]  # outlasts the other's start
+    processes = [train_command(job, run) for _ in range(2)]
+    started = time.monotonic()
+    ended: list[tuple[int, float, str]] = []
+    for process in processes:
+        _, stderr = process.communicate(timeout=600)
+        ended.append((process.returncode, time.monotonic() - started, stderr))
+    (trained, trained_s, trained_err), (refused, refused_s, message) = sorted(ended, key=lambda end: end[0])
+    assert trained == 0, trained_err[-3000:]
+    assert refused == 1 and "is in use by PID" in message and "Traceback" not in message, message[-3000:]
+    assert refused_s < trained_s, "refused while the other trained, not after it"
+    assert read_record(run)["status"] == "ok" and "resumed" not in read_record(run)
+    assert len(list((run / "checkpoints").glob("best-*.ckpt"))) == 1, "no best-step<N>-v1.ckpt of a second writer"
+    assert sorted(p.name for p in (run / "csv").iterdir()) == ["version_0"], "one writer of the logs"
+
+
+@pytest.mark.slow  # a real training in a subprocess: make test-slow
+def test_sigterm_during_the_dev_evaluation_at_start_exits_143_and_records_preempted(
+    tiny_overrides, small_stsb, tmp_path
+):
+    run = tmp_path / "run"
+    kill = ["+callbacks.kill._target_=tests.interruptions.SignalAtStart", "eval.at_start=true"]
+    stopped = train_command([*tiny_overrides, f"eval.stsb_dir={small_stsb}", *kill], run)
+    _, stderr = stopped.communicate(timeout=600)
+    assert stopped.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    record = read_record(run)
+    assert record["status"] == "preempted" and "outside a training step" in record["message"], record
+    assert "Traceback" not in stderr and not (run / "checkpoints" / "last.ckpt").exists(), "no step ran"
+
+
+def test_sigterm_during_the_dev_evaluation_at_start_stops_the_real_job_at_once(
+    cli, tiny_overrides, small_stsb, tmp_path, sigterm_handler
+):
+    handler, calls = sigterm_handler
+    kill = ["+callbacks.kill._target_=tests.interruptions.SignalAtStart", "eval.at_start=true"]
+    with pytest.raises(SystemExit) as stopped:  # Lightning's SIGTERM handler is in place then, ours chained after it
+        cli([*tiny_overrides, f"eval.stsb_dir={small_stsb}", *kill, f"hydra.run.dir={tmp_path}"])
+    assert stopped.value.code == 128 + signal.SIGTERM and read_record(tmp_path)["status"] == "preempted"
+    assert calls == [signal.SIGTERM] and signal.getsignal(signal.SIGTERM) is handler
+    assert not (tmp_path / "checkpoints" / "last.ckpt").exists(), "stopped before the first step"
