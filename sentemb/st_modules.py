@@ -267,17 +267,25 @@ def checked_modules(folder: Path) -> bool:
             )
         if Path(where).is_absolute() or not (folder / where).resolve().is_relative_to(folder.resolve()):
             raise SentembConfigError(f"{path}: module path {where!r} lies outside the folder. {REEXPORT}")
-    return any(m["type"] == OWN_MODULE for m in modules)
+    custom = any(m["type"] == OWN_MODULE for m in modules)
+    if custom and [(m["type"], m.get("path", "")) for m in modules] != [(OWN_MODULE, "")]:
+        raise SentembConfigError(
+            f"{path}: sentemb writes {OWN_MODULE} as a folder's only module, in its root; this one lists "
+            f"{[m['type'] for m in modules]}. {REEXPORT}"
+        )
+    return custom
 
 
 def load_exported_folder(folder: str | Path, device: str | None = None) -> Any:
-    """`SentenceTransformer(folder)` for a folder `sentemb.export` wrote, after `checked_modules`: the only module
-    `trust_remote_code` lets it import is sentemb's installed `SentembEncoder`."""
+    """A SentenceTransformer of a folder `sentemb.export` wrote, after `checked_modules`, never with
+    `trust_remote_code` (sentence-transformers would pass it on to every module it loads): sentence-transformers'
+    own modules load as they do anywhere; sentemb's module is built here (`SentembEncoder.load`) and handed over."""
     from sentence_transformers import SentenceTransformer
 
     folder = Path(folder).expanduser()
-    custom = checked_modules(folder)
-    return SentenceTransformer(str(folder), device=device, trust_remote_code=custom)
+    if checked_modules(folder):
+        return SentenceTransformer(modules=[SentembEncoder.load(str(folder))], device=device)
+    return SentenceTransformer(str(folder), device=device, trust_remote_code=False)
 
 
 def read_config(path: Path) -> FolderConfig:

@@ -17,9 +17,16 @@ def test_an_unquoted_non_ascii_override_is_named_with_the_quoted_fix(arg):
     assert f"Fix: quote the value, e.g. \"{key}='{value}'\"" in problem
 
 
-@pytest.mark.parametrize("arg", ["hydra.run.dir='/tmp/héllo'", 'data.corpus="/data/語料.txt"', "model=tiny", "-m"])
+@pytest.mark.parametrize(
+    "arg",
+    ["hydra.run.dir='/tmp/héllo'", 'data.corpus="/data/語料.txt"', "tasks=['é']", "k={a: 'é'}", "model=tiny", "-m"],
+)
 def test_quoted_or_ascii_overrides_pass(arg):
     assert unquoted_non_ascii([arg]) is None
+
+
+def test_a_flags_path_is_no_override():
+    assert unquoted_non_ascii(["--config-dir", "/data/é", "model=tiny"]) is None
 
 
 def test_the_train_command_exits_with_the_fix_before_hydra_parses(cli, tmp_path):

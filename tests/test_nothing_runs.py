@@ -119,6 +119,8 @@ def test_a_sweep_winner_reading_the_environment_leaks_nothing(tmp_path, monkeypa
     [
         "optimizer={_target_: os.makedirs, name: MADE}",
         "optimizer.betas=[0.9, {_target_: os.makedirs, name: MADE}]",
+        "loss._target_=os.makedirs",
+        "optimizer._partial_=false",
         "ckpt_path=MADE",
         "paths.output_dir=MADE",
     ],
@@ -284,6 +286,31 @@ def test_a_tampered_modules_json_is_refused_before_anything_is_imported(module, 
     with pytest.raises(SentembConfigError, match=r"modules\.json: .*Fix: export the folder again"):
         checked_modules(folder)
     assert not (tmp_path / "ran").exists()
+
+
+def test_sentembs_module_beside_another_is_refused(tmp_path):
+    # trust_remote_code is never passed: a folder sentemb wrote holds its module alone, built by sentemb itself
+    folder = tmp_path / "exported"
+    folder.mkdir()
+    own = {"idx": 0, "name": "0", "path": "", "type": "sentemb.st_modules.SentembEncoder"}
+    other = {"idx": 1, "name": "1", "path": "1_Router", "type": "sentence_transformers.base.modules.router.Router"}
+    (folder / "modules.json").write_text(json.dumps([own, other]))
+    with pytest.raises(
+        SentembConfigError, match=r"writes sentemb\.st_modules\.SentembEncoder as a folder's only module"
+    ):
+        checked_modules(folder)
+
+
+def test_an_exported_sentemb_module_folder_loads_through_the_checked_loader(tmp_path):
+    from sentemb.export import export
+    from sentemb.st_modules import load_exported_folder
+
+    folder = export(compose_config(CONF_DIR, "export", ["model=tiny", "pooling=prompt", f"out={tmp_path / 'st'}"]))
+    model = load_exported_folder(folder, device="cpu")
+    sentences = ["a man plays a guitar .", "hi"]
+    expected = model[0].encoder.encode(sentences)  # sentemb's encode() of the module built from the folder
+    # padded batches (sentence-transformers) against packed ones (sentemb): the same sums in another order
+    assert torch.allclose(torch.as_tensor(model.encode(sentences)), torch.as_tensor(expected), atol=1e-5)
 
 
 def test_sentembs_own_modules_json_passes(tmp_path):

@@ -11,17 +11,26 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-QUOTES = ("'", '"')
+# Hydra's flags whose value is the next argument (a path, not an override)
+FLAGS_WITH_VALUE = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--experimental-rerun")
 
 
 def unquoted_non_ascii(argv: Sequence[str]) -> str | None:
-    """Why an override's non-ASCII characters stand outside quotes, with the fix; None if none does."""
-    for arg in argv:
-        if arg.isascii() or arg.startswith("-"):
+    """Why an override holding non-ASCII characters is one Hydra's grammar refuses, with the fix; None if none is
+    (quoted ones, in lists and dicts too, parse: Hydra's own parser decides)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    flag_values = {i + 1 for i, arg in enumerate(argv) if arg in FLAGS_WITH_VALUE}
+    for index, arg in enumerate(argv):
+        if arg.isascii() or arg.startswith("-") or index in flag_values:
             continue
+        try:
+            OverridesParser.create().parse_overrides([arg])
+            continue
+        except OverrideParseException:
+            pass
         key, _, value = arg.partition("=")
-        if value[:1] in QUOTES and value[-1:] == value[:1] and len(value) > 1:
-            continue
         odd = next(ch for ch in arg if not ch.isascii())
         return (
             f"{arg}: Hydra's override grammar reads non-ASCII characters (here {odd!r}) only inside quotes. "

@@ -20,6 +20,7 @@ import os
 import shlex
 import socket
 import sys
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -27,6 +28,7 @@ from pathlib import Path
 from sentemb.common.errors import SentembConfigError
 
 LOCK_NAME = ".sentemb.lock"
+RETRY_S = 2.0  # how often a waiting command tries again
 
 
 @dataclass
@@ -37,6 +39,7 @@ class FolderLock:
     fd: int | None
     created: bool
     claimed: bool = field(default=False)
+    found: bytes = field(default=b"")  # what the file held when this process claimed it (its earlier holder)
 
     def claim(self, command: str | None = None) -> None:
         """Name this process in the lock file: the folder is now this command's (a refused command names it)."""
@@ -47,19 +50,24 @@ class FolderLock:
             "started": datetime.now().astimezone().isoformat(timespec="seconds"),
         }
         data = (json.dumps(holder, indent=2) + "\n").encode()
+        self.found = os.pread(self.fd, 65536, 0)
         os.ftruncate(self.fd, 0)
         os.pwrite(self.fd, data, 0)
         os.fsync(self.fd)  # on NFS: visible to a command refused on another machine
         self.claimed = True
 
-    def release(self, remove: bool = False) -> None:
+    def release(self, remove: bool = False, restore: bool = False) -> None:
         """Let go; the lock file goes too when asked, or when this process made it and never claimed the folder
-        (a refused or skipped command leaves the folder as it found it)."""
+        (a refused or skipped command leaves the folder as it found it); `restore`: a file this process claimed but
+        did not make gets back what it held (another run's folder, borrowed)."""
         if self.fd is None:
             return
         try:
             if remove or (self.created and not self.claimed):
                 self.path.unlink(missing_ok=True)  # while still locked: see the module's docstring
+            elif restore and self.claimed and not self.created:
+                os.ftruncate(self.fd, 0)
+                os.pwrite(self.fd, self.found, 0)
         finally:
             os.close(self.fd)  # drops the lock
             self.fd = None
@@ -73,18 +81,26 @@ def this_command() -> str:
     return shlex.join(sys.argv)
 
 
-def take_folder_lock(folder: Path, named: str, fix: str) -> FolderLock:
-    """The lock of `folder` (which must exist), at once or not at all: a folder another live process holds raises
-    SentembConfigError naming that process, the folder as `named` (with the setting that chose it) and `fix`."""
+def take_folder_lock(folder: Path, named: str, fix: str, wait_s: float = 0.0) -> FolderLock:
+    """The lock of `folder` (which must exist), at once (or within `wait_s` seconds) or not at all: a folder another
+    live process holds raises SentembConfigError naming that process, the folder as `named` (with the setting that
+    chose it) and `fix`."""
     path = folder / LOCK_NAME
+    deadline = time.monotonic() + wait_s
     while True:
         fd, created = open_lock_file(path, named)
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as err:
             holder = read_holder(fd)
-            os.close(fd)  # what this process may have created stays: the holder is using it
-            if err.errno not in (errno.EACCES, errno.EAGAIN):
+            contended = err.errno in (errno.EACCES, errno.EAGAIN)
+            if created and not contended:  # no lock service here: the file this process made goes again
+                path.unlink(missing_ok=True)
+            os.close(fd)  # a contended file stays: its holder is using it
+            if contended and time.monotonic() < deadline:
+                time.sleep(RETRY_S)
+                continue
+            if not contended:
                 raise SentembConfigError(
                     f"{named}: {path} cannot be locked ({err}). Fix: a folder on a file system with "
                     "POSIX locks (NFS needs its lock service), or another folder"

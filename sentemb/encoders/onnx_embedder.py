@@ -68,12 +68,14 @@ class OnnxEncoder:
         file: str | None = None,
         providers: Sequence[str] | None = None,
         threads: int | None = None,
+        recipe: dict | None = None,
     ) -> None:
         self.folder = Path(folder)
         recipe_path = self.folder / RECIPE
-        if not recipe_path.is_file():
+        if recipe is None and not recipe_path.is_file():
             raise FileNotFoundError(f"{recipe_path} not found: {self.folder} is not a sentemb ONNX export")
-        self.recipe = json.loads(recipe_path.read_text())
+        # `recipe`: the folder's recipe as a caller already read and checked it (sentemb: the one rule for files)
+        self.recipe = recipe if recipe is not None else json.loads(recipe_path.read_text())
         if not isinstance(self.recipe, dict) or self.recipe.get("format") != FORMAT:
             kind = self.recipe.get("format") if isinstance(self.recipe, dict) else type(self.recipe).__name__
             raise ValueError(f"{recipe_path}: format {kind!r}, this loader reads {FORMAT}")

@@ -107,9 +107,9 @@ def onnx_artefact(cfg: DictConfig) -> OnnxEncoder:
             "a .onnx file inside one. Fix: onnx=<that folder> or onnx=<that folder>/onnx/model_qint8.onnx"
         )
     file = str(path.relative_to(folders[0])) if path.is_file() else None
-    read_json(folders[0] / RECIPE, ONNX_RECIPE_SHAPE, ONNX_FIX)  # the one rule, before the folder's loader reads it
+    recipe = read_json(folders[0] / RECIPE, ONNX_RECIPE_SHAPE, ONNX_FIX)  # the one rule; the loader takes it as read
     try:
-        return OnnxEncoder(folders[0], file=file)
+        return OnnxEncoder(folders[0], file=file, recipe=recipe)
     except (ValueError, KeyError, TypeError) as err:  # the loader's own refusals (a graph outside its folder, ...)
         raise SentembConfigError(f"onnx={cfg.onnx}: {err}. {ONNX_FIX}") from None
 

@@ -11,6 +11,7 @@ runs inside its record, which also settles its exit status (sentemb.runs.job_out
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -52,7 +53,7 @@ def run_job(cfg: DictConfig, hydra_cfg: DictConfig | None, train: Recipe) -> flo
         if lock is not None:  # released per job: a multirun runs its jobs one after another in this process
             lock.release()  # a refused or skipped job's new lock file goes with it; an accepted job's stays
         if resumed is not None:
-            resumed.release(remove=resumed.created)  # that run's folder as this job found it
+            resumed.release(remove=resumed.created, restore=True)  # that run's folder as this job found it
 
 
 def lock_resumed_run(cfg: DictConfig) -> FolderLock | None:
@@ -87,7 +88,17 @@ def lock_run_directory(cfg: DictConfig, hydra_cfg: DictConfig | None) -> FolderL
     else:
         named = f"hydra.run.dir={output_dir}"
         fix = "wait for it to finish (the same command then skips or resumes this run), or another hydra.run.dir=..."
-    return take_folder_lock(output_dir, named, fix)
+    return take_folder_lock(output_dir, named, fix, wait_s=REQUEUE_LOCK_WAIT_S if requeued() else 0.0)
+
+
+# a requeued job may start on another node before the file system lets go of its lost node's lock (an NFSv4 lease
+# runs out after ~90 s): it waits that long for its own folder rather than fail and not be requeued again
+REQUEUE_LOCK_WAIT_S = 180.0
+
+
+def requeued() -> bool:
+    """This process is a SLURM job started again (a requeue, submitit's included)."""
+    return os.environ.get("SLURM_RESTART_COUNT", "0") not in ("", "0")
 
 
 def run_locked(cfg: DictConfig, hydra_cfg: DictConfig | None, train: Recipe, lock: FolderLock | None) -> float | None:

@@ -262,7 +262,8 @@ def sqlite_storage(directory: str) -> str:
     return f"sqlite:///{folder / 'optuna.db'}"
 
 
-# top-level keys a sweep winner never sets: where the run reads and writes, what it resumes or loads, how it runs
+# top-level keys a sweep winner never sets: where the run reads and writes, what it resumes or loads, how it runs;
+# nor a key with a `_` part (`loss._target_`, `optimizer._partial_`: Hydra's instructions of what to build)
 NOT_FROM_SWEEP = ("hydra", "paths", "ckpt_path", "from_sweep", "auto_resume", "ddp_worker", "logger", "callbacks")
 WINNER_FIX = "Fix: pass the values you want on the command line instead of from_sweep="
 
@@ -285,10 +286,10 @@ def apply_sweep_winner(cfg: DictConfig) -> list[str]:
             continue
         # the one rule for values read from files: plain, no interpolation, no `_target_`, at any depth
         checked(override.value(), f"from_sweep={source} (its winner's {RECORD_NAME} files)", Shape(), WINNER_FIX)
-        if key.split(".", 1)[0] in NOT_FROM_SWEEP:
+        if key.split(".", 1)[0] in NOT_FROM_SWEEP or any(part.startswith("_") for part in key.split(".")):
             raise SentembConfigError(
-                f"from_sweep={source}: its winner sets {key}, which a sweep record may not set (it names files or "
-                f"how sentemb runs, not a hyper-parameter). {WINNER_FIX}"
+                f"from_sweep={source}: its winner sets {key}, which a sweep record may not set (it names files, code "
+                f"or how sentemb runs, not a hyper-parameter). {WINNER_FIX}"
             )
         if key in groups or OmegaConf.select(cfg, key, default=None) is None:
             raise SentembConfigError(

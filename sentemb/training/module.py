@@ -7,6 +7,7 @@ the exact encoder, pooling and loss it was trained with.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -72,8 +73,8 @@ class SentembModule(L.LightningModule):
                 "SentembModule.load_from_checkpoint: hparams_file is not read (a checkpoint holds its own "
                 "hyper-parameters). Fix: drop hparams_file, or pass the values you change as keyword arguments"
             )
-        checkpoint = read_checkpoint(checkpoint_path)
-        check_built_targets(checkpoint["hyper_parameters"], f"checkpoint={checkpoint_path}")
+        hparams = read_checkpoint(checkpoint_path, mmap=True)["hyper_parameters"]  # tensors left on disk: a check
+        check_built_targets(hparams, f"checkpoint={checkpoint_path}")
         return super().load_from_checkpoint(checkpoint_path, *args, **{**kwargs, "weights_only": True})
 
     @classmethod
@@ -283,25 +284,27 @@ class SentembModule(L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
-# what a checkpoint's loss, optimizer and scheduler may be built from: sentemb's objectives, torch's optimizers and
-# schedulers, transformers' schedules (packages whose modules run no code of a file's when imported)
+# what a checkpoint's loss, optimizer and scheduler may name (Lightning's load_from_checkpoint builds them): an
+# objective of sentemb.losses, an optimizer class of torch.optim, a schedule of transformers or torch
 BUILT_FROM = {
-    "loss": ("sentemb.losses.",),
-    "optimizer": ("torch.optim.",),
-    "scheduler": ("transformers.", "torch.optim.lr_scheduler."),
+    "loss": re.compile(r"sentemb\.losses\.(\w+\.)?[A-Z]\w*"),
+    "optimizer": re.compile(r"torch\.optim\.[A-Z]\w*"),
+    "scheduler": re.compile(r"transformers\.(optimization\.)?get_\w*schedule\w*|torch\.optim\.lr_scheduler\.[A-Z]\w*"),
 }
 
 
 def check_built_targets(hparams: Mapping[str, Any], named: str) -> None:
     """The `_target_`s Lightning's `load_from_checkpoint` would build (SentembModule's `instantiate` of the loss,
-    optimizer and scheduler) name sentemb's, torch's or transformers' own; else refused before anything is built."""
-    for part, packages in BUILT_FROM.items():
-        target = str((hparams.get(part) or {}).get("_target_", packages[0]))
-        if not target.startswith(packages):
+    optimizer and scheduler) name an objective, an optimizer or a schedule of sentemb's, torch's or transformers'
+    own, by name (nothing is imported to check); else refused before anything is built."""
+    for part, names in BUILT_FROM.items():
+        node = hparams.get(part)
+        target = node.get("_target_") if isinstance(node, Mapping) else None
+        if node and not (isinstance(target, str) and names.fullmatch(target)):
             raise SentembConfigError(
-                f"{named}: {part}._target_={target!r} is not one of {' or '.join(f'{p}*' for p in packages)}: "
-                "refused, nothing was built. Fix: load the encoder alone (sentemb.encoders.build."
-                "load_checkpoint_encoder), or a checkpoint written by sentemb.train"
+                f"{named}: {part}._target_={target!r} is not one of sentemb's objectives, torch's optimizers or the "
+                "schedules of transformers and torch: refused, nothing was built. Fix: load the encoder alone "
+                "(sentemb.encoders.build.load_checkpoint_encoder), or a checkpoint written by sentemb.train"
             )
 
 
