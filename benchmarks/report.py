@@ -62,6 +62,8 @@ SCRIPTS = [
     # int8's ratio sits near its bound (1.7-2.4 per round): its default 3 rounds, so one noisy round cannot decide
     ("onnx_encode.py", [], [], "onnx_encode", None),
     ("streaming_start.py", [], ["--lines", "1000000"], "streaming_start", None),
+    # issue 36: every checkpoint is written to a temporary name, fsynced and renamed (whole or absent)
+    ("checkpoint_write.py", [], [], "checkpoint_write", None),
     ("loss_study.py", [], ["--quick"], None, "loss_study_quick/loss_study.md"),
     ("encoder_variants.py", [], ["--quick"], None, "encoder_variants_quick/encoder_variants.md"),
 ]
