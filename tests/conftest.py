@@ -105,6 +105,19 @@ def tree(root: Path) -> dict[str, str]:
 
 
 @pytest.fixture
+def fake_training(monkeypatch):
+    """`train` replaced by one log line and a metric: the job around it (lock, restart plan, files, record) is real."""
+    import sentemb.train
+    from sentemb.common.metric_names import DEV_SPEARMAN_BEST_LOGGED
+
+    def train(cfg):
+        logging.getLogger("sentemb.train").info("training %s", cfg.trainer.max_steps)
+        return {DEV_SPEARMAN_BEST_LOGGED: 0.25}
+
+    monkeypatch.setattr(sentemb.train, "train", train)
+
+
+@pytest.fixture
 def cli(monkeypatch):
     """`python -m sentemb.train <overrides>` in this process; the logging Hydra configures is undone afterwards."""
     root = logging.getLogger()

@@ -10,13 +10,13 @@ metrics.json (sentemb.runs.job_outcome), not only at a training step's end.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -26,7 +26,6 @@ import sentemb.train
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.folder_lock import LOCK_NAME
 from sentemb.common.hydra_plumbing import compose_config
-from sentemb.common.metric_names import DEV_SPEARMAN_BEST_LOGGED
 from sentemb.common.paths import CONF_DIR
 from sentemb.export import export
 from sentemb.runs.record import read_record, write_record
@@ -62,17 +61,6 @@ def hold_lock():
         process.kill()
         process.wait()
         process.stdout.close()
-
-
-@pytest.fixture
-def fake_training(monkeypatch):
-    """`train` replaced by one log line and a metric: the job around it (lock, restart plan, record) is real."""
-
-    def train(cfg):
-        logging.getLogger("sentemb.train").info("training %s", cfg.trainer.max_steps)
-        return {DEV_SPEARMAN_BEST_LOGGED: 0.25}
-
-    monkeypatch.setattr(sentemb.train, "train", train)
 
 
 @pytest.fixture
@@ -233,6 +221,12 @@ def train_command(args: list[str], run_dir: Path) -> subprocess.Popen:
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
+def ended_at(process: subprocess.Popen, started: float) -> tuple[int, float, str]:
+    """(exit status, seconds from `started` to its end, its stderr) of a process, read as it runs."""
+    _, stderr = process.communicate(timeout=600)
+    return process.returncode, time.monotonic() - started, stderr
+
+
 @pytest.mark.slow  # two trainings at once (subprocesses): make test-slow
 def test_two_trainings_started_together_on_one_folder_one_trains_the_other_is_refused(
     tiny_overrides, small_stsb, tmp_path
@@ -241,10 +235,8 @@ def test_two_trainings_started_together_on_one_folder_one_trains_the_other_is_re
     job = [*tiny_overrides, f"eval.stsb_dir={small_stsb}", "trainer.max_steps=12"]  # outlasts the other's start
     processes = [train_command(job, run) for _ in range(2)]
     started = time.monotonic()
-    ended: list[tuple[int, float, str]] = []
-    for process in processes:
-        _, stderr = process.communicate(timeout=600)
-        ended.append((process.returncode, time.monotonic() - started, stderr))
+    with ThreadPoolExecutor(2) as pool:  # each process's end timed as it comes, not in the order they were started
+        ended = list(pool.map(lambda process: ended_at(process, started), processes))
     (trained, trained_s, trained_err), (refused, refused_s, message) = sorted(ended, key=lambda end: end[0])
     assert trained == 0, trained_err[-3000:]
     assert refused == 1 and "is in use by PID" in message and "Traceback" not in message, message[-3000:]

@@ -47,17 +47,6 @@ def finished_run(tmp_path: Path) -> Path:
     return run
 
 
-@pytest.fixture
-def fake_training(monkeypatch):
-    """`train` replaced by one log line and a metric: the job around it (restart plan, files, record) is real."""
-
-    def train(cfg):
-        logging.getLogger("sentemb.train").info("training %s", cfg.trainer.max_steps)
-        return {DEV_SPEARMAN_BEST_LOGGED: 0.25}
-
-    monkeypatch.setattr(sentemb.train, "train", train)
-
-
 def test_a_refused_command_changes_no_byte_of_a_finished_run(cli, finished_run):
     before = tree(finished_run)
     other = ["model=tiny", "logger=csv", "trainer.max_steps=3", f"hydra.run.dir={finished_run}"]
