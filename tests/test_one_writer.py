@@ -124,6 +124,20 @@ def test_a_lock_file_its_dead_holder_left_is_taken_over(cli, tmp_path, fake_trai
     assert holder(run)["pid"] == os.getpid() and holder(run)["host"], "the accepted job names itself, and stays"
 
 
+def test_the_partial_checkpoint_a_killed_write_left_goes_when_the_next_job_takes_the_folder(
+    cli, tmp_path, fake_training
+):
+    run = tmp_path / "run"
+    # a job that failed while another write of its was cut short: the next one starts afresh, its checkpoints set aside
+    write_record(run, {"status": "failed", "message": "boom", "metrics": {}, "overrides": FINISHED})
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / ".best-step4.ckpt.4242.partial").write_bytes(b"half a checkpoint")
+    (run / "checkpoints" / "best-step2.ckpt").write_bytes(b"a whole one")
+    cli([*FINISHED, f"hydra.run.dir={run}"])
+    kept = sorted(p.name for p in (run / "checkpoints.previous-1").iterdir())
+    assert kept == ["best-step2.ckpt"], "the whole checkpoint is kept (set aside), the partial one is gone"
+
+
 def test_a_rank_worker_takes_no_lock(cli, tmp_path, fake_training):
     cli([*FINISHED, "ddp_worker=true", "hydra.job.name=rank0", f"hydra.run.dir={tmp_path}"])  # its job holds it
     assert read_record(tmp_path)["status"] == "ok" and not (tmp_path / LOCK_NAME).exists()

@@ -28,6 +28,7 @@ from sentemb.runs.job_outcome import recorded_job
 from sentemb.runs.jobs import is_multirun, job_overrides
 from sentemb.runs.rerun_policy import Restart, plan_restart, set_old_checkpoints_aside
 from sentemb.training.exact_resume import check_checkpoint_path, checkpoint_dir
+from sentemb.training.trainer import remove_partial_checkpoints
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +115,8 @@ def run_locked(cfg: DictConfig, hydra_cfg: DictConfig | None, train: Recipe, loc
     # accepted: only now does the job write into its run directory (.hydra/, its log, its checkpoints, its record)
     if lock is not None:
         lock.claim()  # the lock file names this process: a second command is refused naming it
+        for path in remove_partial_checkpoints(Path(checkpoint_dir(cfg.get("ckpt_path"), output_dir))):
+            log.info("removed %s: a checkpoint write that never finished (its process was killed)", path)
     if rank0 and not cfg.get("ddp_worker"):  # a sweep job's ranks run in the job's directory: the job wrote .hydra/
         save_hydra_files(cfg, hydra_cfg, output_dir)
     with job_log(output_dir, hydra_cfg):

@@ -132,6 +132,16 @@ def write_atomically(checkpoint: dict[str, Any], path: Path) -> None:
         raise
 
 
+def remove_partial_checkpoints(folder: Path) -> list[Path]:
+    """The temporary files of checkpoint writes that never finished (a process killed mid-write: `write_atomically`'s
+    and LastCheckpoint's `.<name>.partial`) in `folder`, removed; the job that now holds the folder calls this.
+    Never a checkpoint: those are renamed into place whole."""
+    found = sorted(folder.glob(".*.partial")) if folder.is_dir() else []
+    for path in found:
+        path.unlink(missing_ok=True)
+    return found
+
+
 def checkpoint_error(path: Path, err: OSError) -> str:
     """The message of a checkpoint that could not be written: the file, the system's reason, the fix."""
     reason = err.strerror or str(err)
