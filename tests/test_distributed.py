@@ -53,7 +53,7 @@ def test_gather_with_grad_matches_single_process_global_batch():
 
 
 def _rng_worker(rank: int, world: int, port: int, out: dict) -> None:
-    from sentemb.training.exact_resume import rng_states, set_rng_states
+    from sentemb.training.checkpoints import rng_states, set_rng_states
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)

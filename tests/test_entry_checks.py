@@ -22,9 +22,10 @@ from sentemb.common.hydra_plumbing import compose_config
 from sentemb.common.paths import CONF_DIR
 from sentemb.data.datamodule import check_batching
 from sentemb.encoders.backbones import check_model_source
+from sentemb.runs.lifecycle import run_recipe
+from sentemb.runs.sweep_check import SweepCheck, check_sweep
 from sentemb.runs.wandb_runs import check_wandb_reachable, probe_address
 from sentemb.train import train
-from sentemb.training.sweep_check import SweepCheck, check_sweep
 from sentemb.training.trainer import check_devices, devices_wanted
 from tests.conftest import compose_train
 
@@ -208,7 +209,7 @@ def test_wandb_online_without_its_server_is_refused_at_once(wandb_online, monkey
 def test_train_refuses_wandb_online_without_its_server_before_the_model_loads(wandb_online, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{closed_port()}")
     with pytest.raises(SentembConfigError, match=r"^logger.wandb logs online .*Fix: WANDB_MODE=offline"):
-        train(compose_train(["model=tiny"], output_dir=tmp_path))
+        run_recipe(compose_train(["model=tiny"], output_dir=tmp_path), train)  # as a job runs it
 
 
 def test_wandb_online_with_its_server_passes(wandb_online, monkeypatch):
@@ -314,7 +315,7 @@ def test_the_callback_is_registered_once_for_every_training_command(tmp_path):
     for overrides in ([], ["hparams_search=optuna"]):
         callbacks = compose_train(overrides, tmp_path).hydra.callbacks.values()
         targets = [str(c.get("_target_")) for c in callbacks]
-        assert targets.count("sentemb.training.sweep_check.SweepCheck") == 1, targets
+        assert targets.count("sentemb.runs.sweep_check.SweepCheck") == 1, targets
 
 
 def test_the_callback_stops_the_multirun_with_the_message(tmp_path):

@@ -32,9 +32,9 @@ import sentemb.encoders.backbones
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.metric_names import DEV_SPEARMAN_BEST_LOGGED, TEST_SPEARMAN
 from sentemb.common.paths import CONF_DIR, resolve_data_root
+from sentemb.runs.sweep_check import check_sweep
 from sentemb.training.checks import prepare_run
 from sentemb.training.sharding import is_sharded
-from sentemb.training.sweep_check import check_sweep
 from sentemb.training.trainer import build_trainer
 from tests.conftest import compose_train
 from tests.test_train import run
@@ -246,7 +246,7 @@ def test_every_swept_key_exists_and_every_value_composes(option, batch_corpus, t
     base = [f"hparams_search={option}", "model=tiny", f"data.corpus={batch_corpus}", *search_base(option, tmp_path)]
     cfg = compose_train(base, tmp_path)
     targets = [str(c.get("_target_")) for c in cfg.hydra.callbacks.values()]
-    assert "sentemb.training.sweep_check.SweepCheck" in targets, "the sweep is checked before its first job"
+    assert "sentemb.runs.sweep_check.SweepCheck" in targets, "the sweep is checked before its first job"
     values = check_sweep(cfg)
     assert set(values) == {str(k) for k in cfg.hydra.sweeper.params} and all(values.values())
     for key, choices in values.items():

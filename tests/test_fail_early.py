@@ -29,9 +29,10 @@ from sentemb.encoders.build import check_loaded_length
 from sentemb.eval.sts import read_sts_subset, read_stsb_split
 from sentemb.runs.job_outcome import settle
 from sentemb.train import train
+from sentemb.training.checkpoints import AtomicCheckpointIO, write_atomically
 from sentemb.training.checks import prepare_run
 from sentemb.training.module import SentembModule
-from sentemb.training.trainer import AtomicCheckpointIO, build_trainer, write_atomically
+from sentemb.training.trainer import build_trainer
 from tests.conftest import compose_train
 
 

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.metric_names import DEV_SPEARMAN_BEST_LOGGED, DEV_SPEARMAN_BEST_RESCORED
 from sentemb.encoders.backbones import packaged_model_path, pretrained_tokenizer, tiny_bert
+from sentemb.encoders.build import build_part
 from sentemb.encoders.encoder import SentenceEncoder
 from sentemb.encoders.hicl import HiCLPooling, segment_weights, slice_content
 from sentemb.encoders.pooling import CLSPooling
@@ -116,11 +117,10 @@ def test_several_segments_give_the_length_weighted_average(tokenizer):
     "bad", ["pooling.alpha=1.5", "pooling.slice_len=0", "pooling.weighting=max", "pooling.local_negatives=x"]
 )
 def test_bad_hicl_settings_are_config_errors(bad, tmp_path):
-    from hydra.utils import instantiate
 
     cfg = compose_train(["pooling=hicl", bad], tmp_path)
     with pytest.raises(Exception) as err:
-        instantiate(cfg.pooling, hidden_size=32)
+        build_part("pooling", cfg.pooling, hidden_size=32)
     assert isinstance(err.value.__cause__ or err.value, SentembConfigError)
 
 

@@ -304,7 +304,7 @@ def test_the_merged_export_embeds_as_the_adapter_model_and_loads_bidirectional(t
     # the adapter's product B·A added into W once (float32): the last bits differ from computing it beside W
     assert_same_embeddings(model.encode(SENTENCES, convert_to_numpy=True), adapter_model.encode(SENTENCES), "merged")
     card = (folder / "README.md").read_text()
-    assert "# sentemb-tiny-decoder-latentattention-lora-infonce-full\n" in card
+    assert "# sentemb-tiny-decoder-latent-lora-infonce-full\n" in card
     assert "Trained with a LoRA adapter (r=16, alpha=32), merged here into the base weights" in card
     assert "Attention: bidirectional, as trained (`is_causal: false` in config.json" in card
 
@@ -436,6 +436,43 @@ def test_an_mntp_stage_with_an_adapter_loads_exports_without_its_head_and_starts
     expected = merged(load_checkpoint_encoder(path)[0].backbone).state_dict()
     for key, value in simcse.state_dict().items():
         assert torch.equal(value, expected[key]), key
+
+
+class PartState(torch.nn.Module):
+    """A part's own state, declared the torch way: a persistent buffer, a non-persistent one, and extra state."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("seen", torch.zeros(3))
+        self.register_buffer("scratch", torch.zeros(2), persistent=False)
+        self.steps = 0
+
+    def get_extra_state(self) -> dict[str, int]:
+        return {"steps": self.steps}
+
+    def set_extra_state(self, state: dict[str, int]) -> None:
+        self.steps = state["steps"]
+
+
+def test_an_adapter_checkpoint_holds_and_restores_every_parts_own_state():
+    """An adapter run's checkpoint (the trained weights only) keeps a part's persistent buffers and extra state, and
+    loads back without asking for a non-persistent buffer (MNTP's special_token_ids is one). ~2 s."""
+    module = SentembModule.from_config(compose_train(["model=tiny-llama", "pooling=mean", "head=mntp", "adapter=lora"]))
+    module.encoder.pooling.probe = PartState()
+    module.encoder.pooling.probe.seen += 2
+    module.encoder.pooling.probe.steps = 7
+    checkpoint = {"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams)}
+    module.on_save_checkpoint(checkpoint)
+    saved = set(checkpoint["state_dict"])
+    assert {"encoder.pooling.probe.seen", "encoder.pooling.probe._extra_state"} <= saved
+    assert not {"encoder.pooling.probe.scratch", "encoder.pooling.special_token_ids"} & saved, "not state-dict keys"
+
+    again = SentembModule.from_config(compose_train(["model=tiny-llama", "pooling=mean", "head=mntp", "adapter=lora"]))
+    again.encoder.pooling.probe = PartState()
+    again.on_load_checkpoint(checkpoint)  # every trained key is there: not refused
+    again.load_state_dict(checkpoint["state_dict"], strict=False)
+    probe = again.encoder.pooling.probe
+    assert probe.steps == 7 and torch.equal(probe.seen, torch.full((3,), 2.0))
 
 
 @pytest.mark.slow  # three training processes: ~40 s

@@ -6,6 +6,7 @@ import logging
 import re
 
 import pytest
+from hydra.utils import instantiate
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.metric_names import (
@@ -49,7 +50,7 @@ def test_what_sweeps_optimise_and_what_the_checkpoint_monitors_are_the_logged_na
     cfg = compose_train(overrides, tmp_path)
     assert cfg.optimized_metric == DEV_SPEARMAN_BEST_LOGGED
     # the key STSBDevEvaluation logs at every evaluation, so ModelCheckpoint finds the score it keeps the best of
-    assert cfg.callbacks.model_checkpoint.monitor == DEV_SPEARMAN
+    assert instantiate(cfg.callbacks.model_checkpoint).monitor == DEV_SPEARMAN
 
 
 def test_the_old_names_map_onto_todays_and_none_is_reused():

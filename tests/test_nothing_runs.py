@@ -62,7 +62,9 @@ def finished_sweep(folder: Path, winner_override: str) -> Path:
 
 
 def through_from_sweep(sweep: Path, tmp_path: Path) -> None:
-    train(compose_train(["model=tiny", "logger=csv", f"from_sweep={sweep}"], output_dir=tmp_path / "run"))
+    from sentemb.runs.lifecycle import run_recipe  # the job applies the winner before the recipe's checks
+
+    run_recipe(compose_train(["model=tiny", "logger=csv", f"from_sweep={sweep}"], output_dir=tmp_path / "run"), train)
 
 
 @pytest.fixture
@@ -471,8 +473,8 @@ NOT_CONFIG = {  # files read that are not configuration, each with why the rule 
     ("sentemb/encoders/onnx_embedder.py", "__init__"): "the shipped loader (numpy + onnxruntime only, no sentemb): "
     "its recipe passes the rule in eval.suite.onnx_artefact first, and it refuses graphs outside its folder itself",
     ("sentemb/encoders/sarcse.py", "corpus_token_frequency"): "a tensor cache, read with torch.load(weights_only=True)",
-    ("sentemb/training/sharding.py", "load_checkpoint"): "Lightning's resume of a checkpoint read_checkpoint checked "
-    "first, weights_only as Lightning passes it (True from sentemb.train)",
+    ("sentemb/training/checkpoints.py", "load_checkpoint"): "Lightning's resume of a checkpoint read_checkpoint "
+    "checked first, weights_only as Lightning passes it (True from sentemb.train)",
     ("sentemb/runs/offline_wandb.py", "config_and_history"): "W&B's own log, read for analysis (notebooks, tests); "
     "never put into a config or built",
     ("sentemb/runs/offline_wandb.py", "summary"): "W&B's own log, read for analysis",

@@ -74,7 +74,7 @@ def sigterm_handler():
     signal.signal(signal.SIGTERM, previous)
 
 
-def not_reached(cfg):
+def not_reached(cfg, before_build=None):
     pytest.fail("the job trained although its folder was refused")
 
 
@@ -204,7 +204,7 @@ def test_two_exports_started_together_into_one_new_folder_one_exports_the_other_
 def test_sigterm_outside_a_training_step_exits_143_and_records_preempted(cli, tmp_path, monkeypatch, sigterm_handler):
     handler, calls = sigterm_handler
 
-    def train(cfg):  # a signal while the model builds or the dev evaluation at start runs
+    def train(cfg, before_build=None):  # a signal while the model builds or the dev evaluation at start runs
         signal.raise_signal(signal.SIGTERM)
         pytest.fail("the job went on after SIGTERM")
 
@@ -220,7 +220,7 @@ def test_sigterm_outside_a_training_step_exits_143_and_records_preempted(cli, tm
 
 
 def test_lightnings_sigterm_exception_is_a_preemption_not_a_success(cli, tmp_path, monkeypatch, sigterm_handler):
-    def train(cfg):  # what Lightning raises when its own SIGTERM handler noted the signal: a SystemExit(0)
+    def train(cfg, before_build=None):  # what Lightning raises when its SIGTERM handler noted the signal: SystemExit(0)
         raise SIGTERMException
 
     monkeypatch.setattr(sentemb.train, "train", train)

@@ -150,12 +150,12 @@ def tiny_distilbert():
 def test_an_unsupported_backbone_falls_back_to_padded_batches_and_says_so(caplog, monkeypatch):
     import sys
 
-    import sentemb.encoders.build
+    from sentemb.common import parts
 
-    monkeypatch.setattr(sentemb.encoders.build, "PARTS", {k: dict(v) for k, v in sentemb.encoders.build.PARTS.items()})
-    target = sentemb.encoders.build.register_part("model.backbone", sys.modules[__name__], "tiny_distilbert")
+    monkeypatch.setattr(parts, "REGISTRY", {kind: dict(entries) for kind, entries in parts.REGISTRY.items()})
+    name = parts.register_part("model.backbone", sys.modules[__name__].tiny_distilbert)
     model = {
-        "backbone": {"_target_": target},
+        "backbone": {"name": name},
         "tokenizer": BACKBONES["bert"]["tokenizer"],
     }
     with caplog.at_level(logging.INFO, logger="sentemb.encoders.padding_free"):

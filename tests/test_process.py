@@ -35,6 +35,8 @@ AT_IMPORT = {
     ("sentemb.encoders.padding_free", "AttentionInterface.register(ATTENTION, packed_attention)"): "every process "
     "holding a padding-free backbone imports this module (a DDP rank that only unpickles one too)",
     ("sentemb.encoders.padding_free", "AttentionMaskInterface.register(ATTENTION, sdpa_mask)"): "as the line above",
+    ("sentemb.losses", "import_parts(__name__, __path__)"): "a package's parts register when it is imported "
+    "(common/parts.py), so a new module is found without a list to edit",
 }
 NOISE_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "transformers.modeling_utils")
 

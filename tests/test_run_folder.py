@@ -83,7 +83,7 @@ def test_an_accepted_job_writes_hydras_files_and_its_log(cli, tmp_path, fake_tra
 
 
 def test_the_hydra_files_are_byte_for_byte_what_hydra_writes(cli, tmp_path, monkeypatch):
-    def train(cfg):  # inside the job Hydra saved .hydra/ for (hydra.output_subdir=.hydra): write ours beside it
+    def train(cfg, before_build=None):  # inside the job Hydra saved .hydra/ (output_subdir=.hydra): ours beside it
         hydra_cfg = copy.deepcopy(HydraConfig.get())
         with read_write(hydra_cfg), open_dict(hydra_cfg):
             hydra_cfg.output_subdir = None  # as conf/train.yaml sets it

@@ -188,7 +188,7 @@ def test_a_broken_checkpoint_is_refused_naming_the_file_and_the_fix(broken, entr
 
 def test_the_crc_check_reads_no_pickle_and_a_whole_checkpoint_passes(tmp_path):
     checkpoint = read_checkpoint(sentemb_checkpoint(tmp_path / "ok.ckpt"), mmap=True)
-    assert checkpoint["hyper_parameters"]["pooling"]["_target_"].endswith("CLSPooling")
+    assert checkpoint["hyper_parameters"]["pooling"]["name"] == "cls"
 
 
 def test_resuming_a_checkpoint_of_another_model_is_refused_before_the_corpus_is_read(tmp_path):
@@ -197,16 +197,13 @@ def test_resuming_a_checkpoint_of_another_model_is_refused_before_the_corpus_is_
         through_train(checkpoint, tmp_path, ("model=tiny-roberta", f"data.corpus={tmp_path}/never_read.txt"))
     message = str(err.value)
     assert f"ckpt_path={checkpoint} was trained with another model" in message
-    assert (
-        "backbone._target_: 'sentemb.encoders.backbones.tiny_bert' -> 'sentemb.encoders.backbones.tiny_roberta'"
-        in message
-    )
+    assert "backbone.name: 'tiny_bert' -> 'tiny_roberta'" in message
     assert "Fix: resume with the run's own model=" in message
 
 
 def test_resuming_with_another_pooling_is_refused(tmp_path):
     checkpoint = sentemb_checkpoint(tmp_path / "cls.ckpt", pooling="cls")
-    with pytest.raises(SentembConfigError, match=r"was trained with another pooling .*CLSPooling.*MeanPooling"):
+    with pytest.raises(SentembConfigError, match=r"was trained with another pooling .*name: 'cls' -> 'mean'"):
         through_train(checkpoint, tmp_path, ("pooling=mean",))
 
 

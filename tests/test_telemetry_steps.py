@@ -33,7 +33,7 @@ def stats_calls(monkeypatch) -> list[int]:
 
 
 class StopAt(L.Callback):
-    """A stop requested during a step, as a preemption signal's (sentemb.training.exact_resume) is."""
+    """A stop requested during a step, as a preemption signal's (sentemb.training.checkpoints) is."""
 
     def __init__(self, step: int) -> None:
         self.step = step

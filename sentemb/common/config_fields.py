@@ -7,30 +7,28 @@ TypeError from deep inside Hydra's instantiate, without the key's group option o
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
+from typing import Any
 
-from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.paths import CONF_DIR
 
 
-def check_fields(node: DictConfig, group: str, option: str | None = None) -> None:
-    """Every field of a `group` config is a parameter of the class it builds (a stray one, e.g. a sweep's
-    `loss.m` on a loss without m, would otherwise surface as a TypeError from deep inside Hydra)."""
-    target = node.get("_target_")
-    if not target:
-        return
-    parameters = inspect.signature(get_object(str(target))).parameters
+def check_fields(node: DictConfig, group: str, builds: Callable[..., Any], option: str | None = None) -> None:
+    """Every field of a `group` config is a parameter of `builds`, the class or loader it names (a stray one, e.g. a
+    sweep's `loss.m` on a loss without m, would otherwise surface as a TypeError from inside the constructor)."""
+    parameters = inspect.signature(builds).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         return
-    fields = [str(key) for key in node if not str(key).startswith("_")]
+    fields = [str(key) for key in node if not str(key).startswith("_") and key != "name"]
     stray = [key for key in fields if key not in parameters]
     if stray:
         name = f"{group}={option}" if option else group
         takes = ", ".join(k for k, p in parameters.items() if p.kind is p.POSITIONAL_OR_KEYWORD and k != "self")
         raise SentembConfigError(
-            f"{', '.join(f'{group}.{key}' for key in stray)}: {name} ({str(target).rsplit('.', 1)[-1]}) has no such "
+            f"{', '.join(f'{group}.{key}' for key in stray)}: {name} ({builds.__name__}) has no such "
             f"field (it takes {takes}). Fix: {pick_advice(group, fields)}, or drop "
             f"{' '.join(f'~{group}.{key}' for key in stray)}"
         )

@@ -25,7 +25,7 @@ RESOLVERS = {
     "wandb_run_name": "sentemb.runs.wandb_runs.wandb_run_name",
     "wandb_run_group": "sentemb.runs.wandb_runs.wandb_run_group",
     "sqlite_storage": "sentemb.runs.sweeps.sqlite_storage",
-    "checkpoint_dir": "sentemb.training.exact_resume.checkpoint_dir",
+    "checkpoint_dir": "sentemb.training.checkpoints.checkpoint_dir",
     "run_dir_name": "sentemb.runs.rerun_policy.run_dir_name",
     "fastest_precision": "sentemb.training.precision.fastest_precision",
 }
@@ -62,9 +62,11 @@ def resolved_container(node: Any) -> Any:
     return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
 
 
-def target_name(node: Any) -> str:
-    """The class or function name a config node instantiates (`sentemb.encoders.pooling.CLSPooling` → `CLSPooling`)."""
-    return str((node or {}).get("_target_", "")).rsplit(".", 1)[-1]
+def part_name(node: Any) -> str:
+    """A part config's name for display: its registry name (`cls`), or for a config written before registry names,
+    the class its `_target_` named (`sentemb.encoders.pooling.CLSPooling` → `CLSPooling`); '' for none."""
+    node = node or {}
+    return str(node.get("name") or str(node.get("_target_", "")).rsplit(".", 1)[-1])
 
 
 def compose_config(

@@ -28,6 +28,8 @@ from transformers import (
 )
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.parts import ENCODERS, part
+from sentemb.encoders.families import family_of
 
 
 def packaged_model_path(package: str) -> str:
@@ -127,10 +129,10 @@ def check_backbone_options(dropout: object, trainable_layers: object) -> None:
 
 def check_model(model: Mapping[str, Any]) -> None:
     """A `model=` config, before anything loads: every name_or_path its loaders read, then dropout and layers."""
-    for part, needs in (("backbone", BACKBONE_FILES), ("tokenizer", TOKENIZER_FILES)):
-        source = (model.get(part) or {}).get("name_or_path")
+    for loader, needs in (("backbone", BACKBONE_FILES), ("tokenizer", TOKENIZER_FILES)):
+        source = (model.get(loader) or {}).get("name_or_path")
         if source is not None:  # a mistyped folder or an unreachable hub fails here, in seconds
-            key = "model.name_or_path" if source == model.get("name_or_path") else f"model.{part}.name_or_path"
+            key = "model.name_or_path" if source == model.get("name_or_path") else f"model.{loader}.name_or_path"
             check_model_source(str(source), key, needs)
     check_backbone_options(model.get("dropout"), model.get("trainable_layers"))
 
@@ -144,6 +146,7 @@ def _offline_if_unreachable(name_or_path: str) -> dict[str, bool]:
     return {} if Path(name_or_path).expanduser().is_dir() or hub_reachable() else {"local_files_only": True}
 
 
+@part("model.backbone", "pretrained_backbone", serves=ENCODERS, positions=lambda **o: pretrained_positions(**o))
 def pretrained_backbone(
     name_or_path: str, hidden_dropout_prob: float | None = None, attention_probs_dropout_prob: float | None = None
 ) -> PreTrainedModel:
@@ -185,13 +188,12 @@ def freeze_all_but_top_layers(backbone: PreTrainedModel, trainable_layers: int) 
             parameter.requires_grad_(True)
 
 
+@part("model.tokenizer", "pretrained_tokenizer")
 def pretrained_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
     check_model_source(name_or_path, needs=TOKENIZER_FILES)
     return AutoTokenizer.from_pretrained(name_or_path, **NO_REMOTE_CODE, **_offline_if_unreachable(name_or_path))
 
 
-# model types whose position ids start past <pad> (pad_token_id + 1): that many position embeddings are never used
-OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert")
 TINY_BERT_POSITIONS = 512
 TINY_ROBERTA_POSITIONS = 514  # roberta-base's: 512 tokens after the offset of <pad> = 1
 
@@ -201,7 +203,7 @@ def usable_positions(config: PretrainedConfig) -> int | None:
     positions = getattr(config, "max_position_embeddings", None)
     if isinstance(positions, bool) or not isinstance(positions, int):
         return None
-    if config.model_type in OFFSET_POSITIONS:  # RoBERTa numbers positions from pad_token_id + 1
+    if getattr(family_of(config), "position_offset", False):  # RoBERTa: from pad_token_id + 1, the rest unused
         return positions - (config.pad_token_id or 0) - 1
     return positions
 
@@ -231,6 +233,7 @@ def tiny_roberta_positions(**_: Any) -> int:
     return TINY_ROBERTA_POSITIONS - ROBERTA_PAD_ID - 1
 
 
+@part("model.backbone", "tiny_bert", serves=ENCODERS, positions=tiny_bert_positions)
 def tiny_bert(
     vocab_size: int = 30522,
     hidden_size: int = 32,
@@ -260,6 +263,7 @@ ROBERTA_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]  # ids 0-4, RoBER
 ROBERTA_PAD_ID = 1
 
 
+@part("model.backbone", "tiny_roberta", serves=ENCODERS, positions=tiny_roberta_positions)
 def tiny_roberta(
     hidden_size: int = 32,
     num_hidden_layers: int = 2,
@@ -286,6 +290,7 @@ def tiny_roberta(
     return RobertaModel(config, add_pooling_layer=False)
 
 
+@part("model.tokenizer", "tiny_roberta_tokenizer", serves=ENCODERS)
 def tiny_roberta_tokenizer() -> PreTrainedTokenizerBase:
     """A byte-level BPE tokenizer with RoBERTa's special tokens, trained in-process (deterministic, < 1 s).
 

@@ -3,85 +3,34 @@
 Training (`SentembModule`), evaluation, export and exported folders (`sentemb.st_modules`) all
 build their encoder here, so each gets the same backbone, pooling and head from the same config.
 The configs may come from a file (a checkpoint's hyper-parameters, an exported folder's JSON), so
-a part is built only from a closed registry of sentemb's own classes and loaders (`PARTS`): the
-`_target_` a file names is looked up there, never imported or handed to Hydra's `instantiate`.
+a part is built only from the registry of parts (sentemb.common.parts, where each part declares
+itself): the name a file gives is looked up there, never imported or handed to Hydra's `instantiate`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import torch
 
+import sentemb.encoders.pooling  # noqa: F401 (its parts register)
+import sentemb.losses  # noqa: F401 (the losses register, for checkpoints' `loss` configs)
 from sentemb.common.errors import SentembConfigError
-from sentemb.encoders import backbones, decoder_pooling, decoders, hicl, mntp, sarcse
-from sentemb.encoders import pooling as poolings
+from sentemb.common.hydra_plumbing import resolved_container
+from sentemb.common.parts import DECODERS, Part, lookup, names
+from sentemb.encoders import backbones, decoder_pooling, decoders, hicl, mntp, sarcse  # noqa: F401 (register)
 from sentemb.encoders.adapters import base_fingerprint, base_model, check_adapter, is_adapted, merged, with_adapter
 from sentemb.encoders.backbones import check_backbone_options, freeze_all_but_top_layers, usable_positions
 from sentemb.encoders.checkpoint import (
     check_checkpoint_serves,
-    current_targets,
+    current_part,
     model_identity,
     model_label,
     read_checkpoint,
 )
 from sentemb.encoders.decoders import check_attention_direction, check_decoder_options
 from sentemb.encoders.encoder import SentenceEncoder
-
-# the only things a config may build: config key → its `_target_`s, each a (module, name) of sentemb's own,
-# looked up when built (so a test's monkeypatch of a loader is seen)
-PARTS: dict[str, dict[str, tuple[ModuleType, str]]] = {
-    key: {f"{module.__name__}.{name}": (module, name) for module, name in parts}
-    for key, parts in {
-        "model.backbone": [
-            (backbones, "pretrained_backbone"),
-            (backbones, "tiny_bert"),
-            (backbones, "tiny_roberta"),
-            (decoders, "pretrained_decoder"),
-            (decoders, "tiny_decoder"),
-        ],
-        "model.tokenizer": [
-            (backbones, "pretrained_tokenizer"),
-            (backbones, "tiny_roberta_tokenizer"),
-            (decoders, "pretrained_decoder_tokenizer"),
-            (decoders, "tiny_decoder_tokenizer"),
-        ],
-        "pooling": [
-            (poolings, "CLSPooling"),
-            (poolings, "MeanPooling"),
-            (poolings, "PromptPooling"),
-            (hicl, "HiCLPooling"),
-            (decoder_pooling, "LastTokenPooling"),
-            (decoder_pooling, "WeightedMeanPooling"),
-            (decoder_pooling, "LatentAttentionPooling"),
-            (decoder_pooling, "PromptEOLPooling"),
-        ],
-        "head": [(sarcse, "SARCSEHead"), (mntp, "MNTPHead")],
-    }.items()
-}
-
-
-# each backbone loader's position limit (the most tokens one input may have), from its options alone: nothing loads
-POSITIONS: dict[str, Callable[..., int | None]] = {
-    "sentemb.encoders.backbones.pretrained_backbone": backbones.pretrained_positions,
-    "sentemb.encoders.backbones.tiny_bert": backbones.tiny_bert_positions,
-    "sentemb.encoders.backbones.tiny_roberta": backbones.tiny_roberta_positions,
-    "sentemb.encoders.decoders.pretrained_decoder": backbones.pretrained_positions,
-    "sentemb.encoders.decoders.tiny_decoder": decoders.tiny_decoder_positions,
-}
-
-
-def register_part(key: str, module: ModuleType, name: str) -> str:
-    """Lets configs name `module.name` as a `key` part (a backbone, tokenizer, pooling or head of your own): call it
-    from your own code before building. Files can name only registered parts. Returns the `_target_` to use."""
-    if key not in PARTS:
-        raise SentembConfigError(f"register_part: {key!r} is not a part key. Fix: one of {', '.join(PARTS)}")
-    target = f"{module.__name__}.{name}"
-    PARTS[key][target] = (module, name)
-    return target
 
 
 def plain_value(value: Any) -> bool:
@@ -93,94 +42,56 @@ def plain_value(value: Any) -> bool:
     return value is None or isinstance(value, str | int | float | bool)
 
 
-def checked_part(key: str, node: Any) -> tuple[str, dict[str, Any]]:
-    """(`_target_`, options) of a part config: a `PARTS[key]` name with plain options, else refused naming `key` and
-    the parts it may be. Nothing is built or imported."""
-    node = current_targets(node)
-    allowed = PARTS[key]
-    target = node.get("_target_") if isinstance(node, dict) else None
-    if target not in allowed:
-        names = ", ".join(sorted(name.rsplit(".", 1)[-1] for name in allowed))
-        raise SentembConfigError(
-            f"{key}._target_={target!r} is not one of sentemb's {key} parts ({names}): refused, nothing was "
-            f"imported or run. Fix: a {key} config naming one of them (conf/{key.split('.')[0]}/ has one for each)"
-        )
-    options = {name: value for name, value in node.items() if name != "_target_"}
+def checked_part(kind: str, node: Any) -> tuple[Part, dict[str, Any]]:
+    """(its registry entry, its options) of a `kind` part config (`{name: <registered name>, option: value, ...}`; an
+    old `_target_` path is read by `current_part`), else refused naming the key and the names it may be. Nothing is
+    built or imported."""
+    node = current_part(kind, resolved_container(node))
+    entry = lookup(kind, node.get("name") if isinstance(node, dict) else None)
+    options = {name: value for name, value in node.items() if name != "name"}
     odd = [name for name, value in options.items() if name.startswith("_") or not plain_value(value)]
     if odd:
         raise SentembConfigError(
-            f"{key}.{odd[0]}: sentemb builds {key} parts from plain options only (no `_` keys, no nested "
-            f"`_target_`): refused, nothing was run. Fix: remove {key}.{odd[0]}"
+            f"{kind}.{odd[0]}: sentemb builds {kind} parts from plain options only (no `_` keys, no nested "
+            f"`_target_`): refused, nothing was run. Fix: remove {kind}.{odd[0]}"
         )
-    return target, options
+    return entry, options
 
 
-def build_part(key: str, node: Any, **extra: Any) -> Any:
-    """The part `node` describes (`{"_target_": <a PARTS[key] name>, option: value, ...}`), called with its options
-    and `extra` (`checked_part` first)."""
-    target, options = checked_part(key, node)
-    module, name = PARTS[key][target]
+def build_part(kind: str, node: Any, **extra: Any) -> Any:
+    """The part `node` describes, called with its options and `extra` (`checked_part` first)."""
+    entry, options = checked_part(kind, node)
     try:
-        return getattr(module, name)(**options, **extra)
+        return entry.build(**options, **extra)
     except TypeError as err:  # an option the class does not take: named, as Hydra's instantiate would not
-        raise SentembConfigError(f"{key}: {err}. Fix: remove the option or correct its name") from None
+        raise SentembConfigError(f"{kind}={entry.name}: {err}. Fix: remove the option or correct its name") from None
 
 
-# loaders of decoder LLMs (model.bidirectional, attention dropout) and the poolings that read an encoder's layout
-DECODER_LOADERS = ("sentemb.encoders.decoders.pretrained_decoder", "sentemb.encoders.decoders.tiny_decoder")
-ENCODER_ONLY_POOLINGS = {  # target → (its conf/pooling/ option, why a decoder cannot use it)
-    "sentemb.encoders.pooling.CLSPooling": ("cls", "the first token of a decoder has seen nothing of the sentence"),
-    "sentemb.encoders.pooling.PromptPooling": (
-        "prompt",
-        "decoders have no [MASK] token (pooling=prompt_eol is their prompt)",
-    ),
-    "sentemb.encoders.hicl.HiCLPooling": ("hicl", "its segments are pooled at [CLS] or [MASK]"),
-}
-DECODER_POOLINGS = "pooling=last_token, weighted_mean, mean, latent or prompt_eol"
+def part_entry(kind: str, node: dict | None) -> Part | None:
+    """The registry entry a `kind` part config names (checked, nothing built), or None for no config."""
+    return checked_part(kind, node)[0] if node else None
 
 
 def is_decoder_config(model: dict) -> bool:
-    """A `model=` config whose backbone is a decoder LLM (conf/model/ presets with `bidirectional`)."""
-    return current_targets(model.get("backbone") or {}).get("_target_") in DECODER_LOADERS
+    """A `model=` config whose backbone loader declares that it loads decoder LLMs."""
+    backbone = model.get("backbone")
+    return bool(backbone) and checked_part("model.backbone", backbone)[0].serves == DECODERS
 
 
-def check_pooling_fits(model: dict, pooling: dict) -> None:
-    """A decoder's pooling is one that reads a decoder's token states (no [CLS], no [MASK]); refused naming why."""
-    if not is_decoder_config(model):
+def check_part_fits(kind: str, node: dict | None, model: dict) -> None:
+    """The pooling or head serves the model's backbones (an encoder's or a decoder LLM's), else refused with the reason
+    the part declares and the ones that fit; nothing loads."""
+    entry = part_entry(kind, node)
+    decoder = is_decoder_config(model)
+    if entry is None or entry.fits(decoder):
         return
-    refused = ENCODER_ONLY_POOLINGS.get(current_targets(pooling).get("_target_"))
-    if refused:
-        option, reason = refused
-        raise SentembConfigError(
-            f"pooling={option} with model={model.get('name_or_path')}, a decoder LLM: {reason}. Fix: {DECODER_POOLINGS}"
-        )
-
-
-def check_head_fits(model: dict, head: dict | None) -> None:
-    """A head that predicts next tokens (MNTP) needs a decoder LLM, one that replaces the pooling (SARCSE) an encoder:
-    refused before anything loads."""
-    kind = head_class(head)
-    if getattr(kind, "needs_lm_head", False) and not is_decoder_config(model):
-        raise SentembConfigError("head=mntp predicts next tokens: it needs a decoder LLM. Fix: e.g. model=tiny-llama")
-    if kind is not None and not getattr(kind, "wraps_pooling", False) and is_decoder_config(model):
-        raise SentembConfigError(
-            "head=sarcse with a decoder LLM: SARCSE replaces an encoder's [CLS] pooling, which decoders do not have. "
-            "Fix: head=null with a decoder's pooling, or head=sarcse with an encoder (e.g. model=minilm pooling=cls)"
-        )
-
-
-def part_class(key: str, node: dict | None) -> Any:
-    """The class (or loader) a `key` part config names (checked, nothing built), or None for no config."""
-    if not node:
-        return None
-    target, _ = checked_part(key, node)
-    module, name = PARTS[key][target]
-    return getattr(module, name)
-
-
-def head_class(head: dict | None) -> Any:
-    """The class a head config names (checked), or None."""
-    return part_class("head", head)
+    fitting = [*names(kind, lambda other: other.fits(decoder)), *(["null"] if kind == "head" else [])]
+    other = "an encoder (e.g. model=minilm)" if decoder else "a decoder LLM (e.g. model=tiny-llama)"
+    raise SentembConfigError(
+        f"{kind}={entry.name} with model={model.get('name_or_path') or model_label(model)}, "
+        f"{'a decoder LLM' if decoder else 'an encoder'}: "
+        f"{entry.why_not}. Fix: {kind}={', '.join(fitting)}, or {other}"
+    )
 
 
 def attach_head(pooler: Any, head: Any) -> Any:
@@ -191,13 +102,11 @@ def attach_head(pooler: Any, head: Any) -> Any:
 def check_encoder_parts(model: dict, pooling: dict, head: dict | None = None, adapter: dict | None = None) -> None:
     """Every part of an encoder config is one of sentemb's own with plain options (`checked_part`), the pooling fits
     the backbone, the adapter's options are valid; nothing is built."""
-    for key, node in (("model.backbone", model.get("backbone")), ("model.tokenizer", model.get("tokenizer"))):
-        checked_part(key, node)
+    for kind, node in (("model.backbone", model.get("backbone")), ("model.tokenizer", model.get("tokenizer"))):
+        checked_part(kind, node)
     checked_part("pooling", pooling)
-    if head:
-        checked_part("head", head)
-    check_pooling_fits(model, pooling)
-    check_head_fits(model, head)
+    check_part_fits("pooling", pooling, model)
+    check_part_fits("head", head, model)
     check_adapter(adapter)
     if is_decoder_config(model):
         check_decoder_options(model)
@@ -208,8 +117,8 @@ def check_length_fits(model: dict, max_length: int | None, key: str = "data.max_
     IndexError at whichever step first draws one. Checked from the loader's options (a hub model's or folder's
     config.json where stored), before anything loads; a limit not known yet is checked on the loaded model
     (`check_positions`)."""
-    target, options = checked_part("model.backbone", model.get("backbone"))
-    limit = POSITIONS[target](**options) if target in POSITIONS else None
+    entry, options = checked_part("model.backbone", model.get("backbone"))
+    limit = entry.positions(**options) if entry.positions is not None else None
     check_positions(limit, max_length, model_label(model), key)
 
 
@@ -257,7 +166,7 @@ def build_encoder(model: dict, pooling: dict, head: dict | None = None, adapter:
     check_encoder_parts(model, pooling, head, adapter)  # all before any is built: a bad pooling costs no backbone load
     layers = model.get("trainable_layers")
     check_backbone_options(model.get("dropout"), layers)
-    needs_lm_head = bool(getattr(head_class(head), "needs_lm_head", False))
+    needs_lm_head = bool(getattr(getattr(part_entry("head", head), "build", None), "needs_lm_head", False))
     backbone = build_part("model.backbone", model["backbone"], **backbone_options(model, needs_lm_head))
     lm_head = None
     if needs_lm_head:  # the causal-LM model: its decoder is the backbone, its lm_head MNTP's output layer

@@ -10,7 +10,6 @@ before it runs. The configs inside are then built from sentemb's own parts only 
 from __future__ import annotations
 
 import pickle
-import re
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import torch
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.file_values import Shape, checked
+from sentemb.common.parts import KINDS, named_by_path, unknown_part
 
 # types beyond torch's weights-only set that sentemb checkpoints hold: none (rng_states keeps numpy's state as tensors)
 SAFE_GLOBALS: list[Any] = []
@@ -28,9 +28,9 @@ REQUIRED_HPARAMS = ("model", "pooling", "loss")
 
 HPARAMS = ("model", "pooling", "loss", "optimizer", "scheduler", "head", "grad_cache", "compile", "adapter")
 RETIRED_HPARAMS = ("gather_negatives",)  # saved by older checkpoints, read by nothing now
-# what SentembModule saves as hyper-parameters; `_target_` stands at the parts, each looked up in sentemb's closed
-# registry (encoders.build.PARTS) when built, and at the loss, optimizer and scheduler, a record of the run: a
-# checkpoint's are never built (training builds its own from the command's config)
+# what SentembModule saves as hyper-parameters: parts by their registry names (sentemb.common.parts), looked up when
+# built; `_target_` stands at the optimizer and scheduler (torch's and transformers' own, checked by name before
+# Lightning builds them) and, in checkpoints written before registry names, at the parts (`current_part` reads them)
 HPARAMS_SHAPE = Shape(
     keys={"": (*HPARAMS, *RETIRED_HPARAMS)},
     targets=("model.backbone", "model.tokenizer", "pooling", "head", "loss", "optimizer", "scheduler"),
@@ -38,20 +38,25 @@ HPARAMS_SHAPE = Shape(
 BASE_SHAPE = Shape(keys={"": ("name", "config_sha256")})
 CHECKPOINT_FIX = "Fix: pass a checkpoint written by sentemb.train, unchanged"
 
-# checkpoints written before the encoder parts moved into sentemb/encoders/ name them by their old modules
-MOVED_TARGET = re.compile(r"^sentemb\.(backbones|encoder|pooling|prompt|hicl|sarcse)\.")
 # keys older checkpoints carry that no constructor takes any more (HiCL's length now lives in data.max_length)
-RETIRED_KEYS = {"sentemb.encoders.hicl.HiCLPooling": ("train_max_length",)}
+RETIRED_KEYS = {("pooling", "hicl"): ("train_max_length",)}
 
 
-def current_targets(node: Any) -> Any:
-    """`node` as today's constructors take it: every `_target_` of a moved module renamed
-    (sentemb.pooling.X → sentemb.encoders.pooling.X), retired keys dropped."""
+def current_part(kind: str, node: Any) -> Any:
+    """A `kind` part config as today's registry reads it: the one migration of stored configs. Configs written before
+    parts had registry names name them by Python path (`_target_: sentemb.encoders.pooling.CLSPooling`, or older,
+    `sentemb.pooling.CLSPooling`): the path becomes the registered part's name (matched against the registry, never
+    imported; an unknown path is left for `lookup` to refuse), and keys no constructor takes any more are dropped."""
     if not isinstance(node, dict):
         return node
-    target = MOVED_TARGET.sub(r"sentemb.encoders.\1.", node["_target_"]) if "_target_" in node else None
-    retired = RETIRED_KEYS.get(target, ())
-    return {k: target if k == "_target_" else current_targets(v) for k, v in node.items() if k not in retired}
+    if "_target_" in node:  # it, not a `name` beside it, says what the node builds
+        target = node["_target_"]
+        name = named_by_path(kind, target) if isinstance(target, str) else None
+        if name is None:
+            raise unknown_part(kind, "_target_", target)
+        node = {**{k: v for k, v in node.items() if k not in ("_target_", "name")}, "name": name}
+    retired = RETIRED_KEYS.get((kind, node.get("name")), ())
+    return {k: v for k, v in node.items() if k not in retired}
 
 
 def checkpoint_problem(path: Path) -> str:
@@ -140,7 +145,7 @@ def check_sentemb_checkpoint(checkpoint: Any, named: str) -> None:
 def model_label(model: dict[str, Any]) -> str:
     """A model config's short name: a tiny test model's loader (`tiny-bert`), else its folder's or hub name's last part
     (a packaged model's folder is `<package>/model`: the package's name)."""
-    loader = str((model.get("backbone") or {}).get("_target_", "")).rsplit(".", 1)[-1]
+    loader = str(current_part("model.backbone", model.get("backbone") or {}).get("name", ""))
     if loader.startswith("tiny"):
         return loader.replace("_", "-")
     path = Path(str(model.get("name_or_path") or "model"))
@@ -151,7 +156,7 @@ def model_identity(model: dict[str, Any]) -> dict[str, Any]:
     """What fixes a model's weights: its loaders and their options, and the model's name (`model_label`: the same
     model installed elsewhere is the same model)."""
     short = model_label(model)
-    parts = {part: current_targets(model.get(part) or {}) for part in ("backbone", "tokenizer")}
+    parts = {part: current_part(f"model.{part}", model.get(part) or {}) for part in ("backbone", "tokenizer")}
     return {
         "name": short,
         **{f"{part}.{k}": v for part, node in parts.items() for k, v in node.items() if k != "name_or_path"},
@@ -162,13 +167,16 @@ def model_identity(model: dict[str, Any]) -> dict[str, Any]:
 RUN_ONLY_OPTIONS = ("corpus", "cache_dir")
 
 
-def config_differences(saved: dict[str, Any] | None, asked: dict[str, Any] | None) -> list[str]:
-    """The options of one part where `asked` differs from `saved` (`key: saved -> asked`); an option only one side
-    has (one added since) counts only if it is `_target_` or one side has no part at all."""
-    saved, asked = current_targets(saved) or {}, current_targets(asked) or {}
+def config_differences(saved: dict[str, Any] | None, asked: dict[str, Any] | None, kind: str = "") -> list[str]:
+    """The options of one part (a `kind` part: its stored config read by `current_part`) where `asked` differs from
+    `saved` (`key: saved -> asked`); an option only one side has (one added since) counts only if it is the part's
+    name or one side has no part at all."""
+    if kind in KINDS:
+        saved, asked = current_part(kind, saved), current_part(kind, asked)
+    saved, asked = saved or {}, asked or {}
     if bool(saved) != bool(asked):
-        return [f"{saved.get('_target_') or None} -> {asked.get('_target_') or None}"]
-    keys = [k for k in dict.fromkeys([*saved, *asked]) if k == "_target_" or (k in saved and k in asked)]
+        return [f"{saved.get('name') or None} -> {asked.get('name') or None}"]
+    keys = [k for k in dict.fromkeys([*saved, *asked]) if k == "name" or (k in saved and k in asked)]
     keys = [k for k in keys if k not in RUN_ONLY_OPTIONS]
     return [f"{k}: {saved.get(k)!r} -> {asked.get(k)!r}" for k in keys if saved.get(k) != asked.get(k)]
 
@@ -180,7 +188,7 @@ def check_checkpoint_serves(hparams: dict[str, Any], asked: dict[str, Any], path
         if part == "model":
             differences = config_differences(model_identity(hparams.get("model") or {}), model_identity(wanted or {}))
         else:
-            differences = config_differences(hparams.get(part), wanted)
+            differences = config_differences(hparams.get(part), wanted, part)
         if differences:
             raise SentembConfigError(
                 f"{key}={path} was trained with another {part} than the one asked for ({'; '.join(differences)}). "

@@ -23,6 +23,7 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.parts import part
 from sentemb.encoders.onnx_embedder import prepared_rows
 from sentemb.encoders.pooling import Pooling
 from sentemb.encoders.prompt import check_room, model_max_length, real_ids
@@ -60,6 +61,7 @@ class DecoderPooling(Pooling):
         )
 
 
+@part("pooling", "last_token")
 class LastTokenPooling(DecoderPooling):
     """The last real token's state; `append_eos` adds EOS to each sentence that does not end with it."""
 
@@ -93,6 +95,7 @@ def position_weights(attention_mask: torch.Tensor) -> torch.Tensor:
     return rank / rank.sum(dim=1, keepdim=True).clamp(min=1)
 
 
+@part("pooling", "weighted_mean")
 class WeightedMeanPooling(DecoderPooling):
     """Σ_i w_i h_i with SGPT's position weights (later tokens count more)."""
 
@@ -106,6 +109,7 @@ class WeightedMeanPooling(DecoderPooling):
         return (hidden * weights.unsqueeze(-1)).sum(dim=1)
 
 
+@part("pooling", "latent")
 class LatentAttentionPooling(DecoderPooling):
     """NV-Embed's latent attention: tokens (queries) attend to `num_latents` trainable latents (keys, values) with
     `num_heads` heads, then an MLP of width `intermediate_size` (null: 4 x hidden), each added to its input; the
@@ -150,6 +154,7 @@ def check_eol_template(template: str) -> str:
     return template
 
 
+@part("pooling", "prompt_eol")
 class PromptEOLPooling(DecoderPooling):
     """PromptEOL: each sentence inside `template` ([X]; the tokenizer's BOS first if it adds one), the last token's
     state. The sentence is truncated to fit `max_length` (null: the tokenizer's limit), never the template."""

@@ -1,4 +1,4 @@
-"""Decoder LLMs (Llama, Mistral, Qwen2, Qwen3, Gemma families) as sentence encoders.
+"""Decoder LLMs (the decoder families of encoders/families.py) as sentence encoders.
 
 Bidirectional attention is transformers' own switch: a decoder config's `is_causal=False` makes
 the model build a bidirectional mask (transformers >= 5.2), so no model class is re-implemented.
@@ -16,34 +16,21 @@ from __future__ import annotations
 import logging
 
 import torch
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForCausalLM,
-    GemmaConfig,
-    LlamaConfig,
-    MistralConfig,
-    PreTrainedModel,
-    PreTrainedTokenizerBase,
-    Qwen2Config,
-    Qwen3Config,
-)
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
 from sentemb.common.errors import SentembConfigError
-from sentemb.encoders.backbones import NO_REMOTE_CODE, _offline_if_unreachable, check_model_source, trained_byte_bpe
+from sentemb.common.parts import DECODERS, part
+from sentemb.encoders.backbones import (
+    NO_REMOTE_CODE,
+    _offline_if_unreachable,
+    check_model_source,
+    pretrained_positions,
+    trained_byte_bpe,
+)
+from sentemb.encoders.families import FAMILIES, family_of, tiny_family
 
 log = logging.getLogger(__name__)
 
-# model_type → the config class of the families tested here (tiny random models of each)
-FAMILIES = {
-    "llama": LlamaConfig,
-    "mistral": MistralConfig,
-    "qwen2": Qwen2Config,
-    "qwen3": Qwen3Config,
-    "gemma": GemmaConfig,
-}
-# families whose attention has terms SDPA does not compute (Gemma-2's logit soft-capping): eager attention only
-EAGER_ONLY = ("gemma2", "gemma3_text")
 TINY_DECODER_VOCAB = 2000
 # Llama's order: <unk> 0, <s> 1, </s> 2; <pad> 3 (Llama has no pad token: real presets pad with EOS)
 DECODER_SPECIALS = ["<unk>", "<s>", "</s>", "<pad>"]
@@ -62,6 +49,12 @@ def decoder_overrides(bidirectional: bool, dropout: float | None) -> dict[str, o
     return overrides
 
 
+def tiny_decoder_positions(**_: object) -> int:
+    """`tiny_decoder`'s position limit (every family alike): its max_position_embeddings."""
+    return TINY_DECODER_POSITIONS
+
+
+@part("model.backbone", "tiny_decoder", serves=DECODERS, positions=tiny_decoder_positions)
 def tiny_decoder(
     family: str = "llama",
     hidden_size: int = 32,
@@ -81,11 +74,7 @@ def tiny_decoder(
     weights, so an adapter-only checkpoint rebuilds its base exactly. `with_lm_head`: the causal-LM model
     (the MNTP head reads its `lm_head`).
     """
-    if family not in FAMILIES:
-        raise SentembConfigError(
-            f"model.backbone.family={family!r} is not one of {', '.join(FAMILIES)}. Fix: e.g. family: llama"
-        )
-    config = FAMILIES[family](
+    config = tiny_family(family).config_class(
         vocab_size=TINY_DECODER_VOCAB,
         hidden_size=hidden_size,
         num_hidden_layers=num_hidden_layers,
@@ -108,11 +97,7 @@ def tiny_decoder(
         )
 
 
-def tiny_decoder_positions(**_: object) -> int:
-    """`tiny_decoder`'s position limit (every family alike): its max_position_embeddings."""
-    return TINY_DECODER_POSITIONS
-
-
+@part("model.tokenizer", "tiny_decoder_tokenizer", serves=DECODERS)
 def tiny_decoder_tokenizer(family: str = "llama") -> PreTrainedTokenizerBase:
     """A byte-level BPE tokenizer trained in-process (deterministic, < 1 s), the size of `tiny_decoder`'s vocabulary.
 
@@ -123,7 +108,7 @@ def tiny_decoder_tokenizer(family: str = "llama") -> PreTrainedTokenizerBase:
     from transformers import PreTrainedTokenizerFast
 
     bpe = trained_byte_bpe(TINY_DECODER_VOCAB, DECODER_SPECIALS)
-    if family in ("llama", "mistral", "gemma"):  # these put BOS before every sequence
+    if tiny_family(family).bos_first:  # as the family's own tokenizer: BOS before every sequence
         bpe.post_processor = TemplateProcessing(single="<s> $A", pair="<s> $A $B", special_tokens=[("<s>", 1)])
     return PreTrainedTokenizerFast(
         tokenizer_object=bpe._tokenizer,
@@ -135,6 +120,7 @@ def tiny_decoder_tokenizer(family: str = "llama") -> PreTrainedTokenizerBase:
     )
 
 
+@part("model.backbone", "pretrained_decoder", serves=DECODERS, positions=pretrained_positions)
 def pretrained_decoder(
     name_or_path: str,
     bidirectional: bool = False,
@@ -152,12 +138,13 @@ def pretrained_decoder(
     check_attention_options(attn_implementation, torch_dtype)
     options: dict[str, object] = {**NO_REMOTE_CODE, **_offline_if_unreachable(name_or_path)}
     config = AutoConfig.from_pretrained(name_or_path, **options)
-    if config.model_type in EAGER_ONLY and attn_implementation not in (None, "eager"):
+    eager_only = getattr(family_of(config), "eager_only", False)
+    if eager_only and attn_implementation not in (None, "eager"):
         raise SentembConfigError(
             f"model.backbone.attn_implementation={attn_implementation}: {config.model_type} soft-caps its attention "
             "logits, which only eager attention computes. Fix: model.backbone.attn_implementation=eager"
         )
-    if attn_implementation is not None or config.model_type in EAGER_ONLY:
+    if attn_implementation is not None or eager_only:
         options["attn_implementation"] = attn_implementation or "eager"
     if torch_dtype is not None:
         options["dtype"] = getattr(torch, torch_dtype)
@@ -183,6 +170,7 @@ def check_attention_options(attn_implementation: str | None, torch_dtype: str | 
         )
 
 
+@part("model.tokenizer", "pretrained_decoder_tokenizer", serves=DECODERS)
 def pretrained_decoder_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
     """The decoder's own tokenizer; a missing pad token becomes EOS (Llama and Mistral ship none)."""
     from sentemb.encoders.backbones import pretrained_tokenizer
@@ -218,7 +206,7 @@ def check_attention_direction(backbone: PreTrainedModel, bidirectional: bool) ->
         raise SentembConfigError(
             f"model.bidirectional=true: {name} ignores transformers' is_causal=False (a later token did not change "
             f"an earlier token's state), so it would train causally. Fix: model.bidirectional=false, or a model "
-            "class that builds its mask with transformers' create_causal_mask (Llama, Mistral, Qwen2, Qwen3, Gemma)"
+            f"class that builds its mask with transformers' create_causal_mask (e.g. {', '.join(tiny_decoder_names())})"
         )
     raise SentembConfigError(
         f"model.bidirectional=false: {name} attends to later tokens (it is not a causal decoder). "
@@ -227,8 +215,15 @@ def check_attention_direction(backbone: PreTrainedModel, bidirectional: bool) ->
 
 
 def is_decoder(backbone: PreTrainedModel) -> bool:
-    """A decoder LLM (its config has the `is_causal` switch these loaders set)."""
-    return hasattr(backbone.config, "is_causal") and backbone.config.model_type not in ("bert", "roberta")
+    """A decoder LLM: its family's row says so (a family the table does not know: its config has the `is_causal`
+    switch these loaders set)."""
+    row = family_of(backbone.config)
+    return row.decoder if row is not None else hasattr(backbone.config, "is_causal")
+
+
+def tiny_decoder_names() -> list[str]:
+    """The decoder families of the table, for messages."""
+    return [name for name, row in FAMILIES.items() if row.decoder]
 
 
 def check_decoder_options(model: dict) -> None:

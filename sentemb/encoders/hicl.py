@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from transformers import PreTrainedTokenizerBase
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.parts import ENCODERS, part
 from sentemb.encoders.pooling import CLSPooling, Pooling, PromptPooling, TrainingViews, refuse_head
 from sentemb.encoders.prompt import PROMPTBERT_TEMPLATE, TokenTemplate, check_template, model_max_length, rebatch
 
@@ -49,6 +50,7 @@ def segment_weights(lengths: list[int], owner: list[int], weighting: str) -> lis
     ]
 
 
+@part("pooling", "hicl", serves=ENCODERS, why_not="its segments are pooled at [CLS] or [MASK]")
 class HiCLPooling(Pooling):
     graph_refusal = (
         "format=onnx with pooling=hicl: HiCL splits every sentence into segments before the encoder and weights the "

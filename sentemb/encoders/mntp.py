@@ -28,7 +28,8 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from sentemb.common.errors import SentembConfigError
-from sentemb.encoders.pooling import Pooling, TrainingViews
+from sentemb.common.parts import DECODERS, TRAINS_ONLY, part
+from sentemb.encoders.pooling import AroundPooling, Pooling, TrainingViews
 
 IGNORE = -100  # transformers' label for "not scored"
 LABELS = "mntp_labels"  # the prepared batch's key: each row's original token where it is scored, else IGNORE
@@ -146,11 +147,17 @@ def joined_rows(parts: list[dict[str, torch.Tensor]], tokenizer: PreTrainedToken
     }
 
 
-class MNTPHead(Pooling):
+@part(
+    "head",
+    "mntp",
+    serves=DECODERS,
+    why_not="it predicts next tokens with a decoder's lm_head: it needs a decoder LLM",
+    export=TRAINS_ONLY,
+)
+class MNTPHead(AroundPooling):
     """LLM2Vec's masked next-token prediction around a decoder pooling (module docstring)."""
 
     needs_lm_head = True  # build_encoder loads the causal-LM model and passes its lm_head
-    wraps_pooling = True  # build_encoder calls `around(pooling)`: the pooling's vector stays the embedding
 
     def __init__(
         self,
@@ -169,7 +176,6 @@ class MNTPHead(Pooling):
         self.mask_token, self.rate, self.weight, self.contrastive = mask_token, rate, weight, contrastive
         self.mask_replace_prob, self.random_replace_prob = mask_replace_prob, random_replace_prob
         self.lm_head = lm_head  # None only where a config is checked without a model (training refuses it)
-        self.inner: Pooling | None = None
         # never picked (llm2vec: the collator's special_tokens_mask); not saved: the tokenizer gives them
         self.register_buffer("special_token_ids", torch.tensor(sorted(special_ids), dtype=torch.long), persistent=False)
 
@@ -181,25 +187,13 @@ class MNTPHead(Pooling):
                 f"head.contrastive=false with {type(pooling).__name__}: MNTP alone never trains that pooling's "
                 "parameters. Fix: pooling=mean (LLM2Vec's) for the MNTP stage, a trained pooling in the SimCSE stage"
             )
-        self.inner = pooling
-        return self
+        return super().around(pooling)
 
     @property
     def contrastive_weight(self) -> float:
         return self.inner_pooling().contrastive_weight if self.contrastive else 0.0
 
-    def inner_pooling(self) -> Pooling:
-        if self.inner is None:
-            raise RuntimeError("MNTPHead has no pooling inside: build it with build_encoder (it calls around())")
-        return self.inner
-
-    # ------------------------------------------------------------------ evaluation: the inner pooling's
-    def prepare(self, batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase) -> dict[str, torch.Tensor]:
-        return self.inner_pooling().prepare(batch, tokenizer)
-
-    def forward(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor], train_head: bool = False) -> torch.Tensor:
-        return self.inner_pooling()(hidden, batch, train_head=train_head)
-
+    # evaluation (prepare, forward) is the inner pooling's (AroundPooling)
     def prepare_training(self, tokenizer: PreTrainedTokenizerBase) -> None:
         """The inner pooling's, and the mask token checked against the vocabulary before the first step."""
         self.inner_pooling().prepare_training(tokenizer)

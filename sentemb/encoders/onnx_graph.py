@@ -22,7 +22,7 @@ from torch import nn
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.encoders import onnx_embedder
-from sentemb.encoders.build import part_class
+from sentemb.encoders.build import part_entry
 from sentemb.encoders.encoder import SentenceEncoder
 from sentemb.encoders.onnx_embedder import FORMAT, RECIPE
 
@@ -153,8 +153,8 @@ def check_graph_parts(pooling: dict[str, Any], head: dict[str, Any] | None, quan
         raise SentembConfigError(
             f"export.quantize={quantize!r}: use int8 (ONNX Runtime's dynamic quantisation) or null (fp32 only)"
         )
-    for key, node in (("pooling", pooling), ("head", head)):
-        refusal = getattr(part_class(key, node), "graph_refusal", None)
+    for kind, node in (("pooling", pooling), ("head", head)):  # each declares why it is not one graph, if it is not
+        refusal = getattr(getattr(part_entry(kind, node), "build", None), "graph_refusal", None)
         if refusal:
             raise SentembConfigError(refusal)
 

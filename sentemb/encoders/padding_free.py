@@ -1,6 +1,6 @@
 """Padding-free encoding: the backbone's linear layers see only a batch's real tokens.
 
-A padded batch (B, L) of BERT or RoBERTa rows is packed into one row of its T real tokens
+A padded batch (B, L) of a family that packs (encoders/families.py) is packed into one row of its T real tokens
 (`input_ids` (1, T), `position_ids` restarting at every sentence, as transformers'
 `DataCollatorWithFlattening` builds them). Embeddings, Q/K/V, output projections and
 feed-forward layers (nearly all of an encoder's FLOPs at SimCSE's lengths) then run on T rows
@@ -28,11 +28,11 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from sentemb.encoders.families import family_of
+
 log = logging.getLogger(__name__)
 
 ATTENTION = "sentemb_padding_free"
-# the position-id conventions this module writes: BERT and the decoders count from 0, RoBERTa from pad_token_id + 1
-SUPPORTED_MODEL_TYPES = ("bert", "roberta", "llama", "mistral", "qwen2", "qwen3", "gemma")
 # attention implementations whose padded computation `packed_attention` reproduces (eager and SDPA are the same maths)
 REPLACEABLE_ATTENTION = ("sdpa", "eager", ATTENTION)
 # a batch at least this dense stays padded: packing's re-layout then costs more than the padding it saves
@@ -128,9 +128,10 @@ AttentionMaskInterface.register(ATTENTION, sdpa_mask)  # padded calls build SDPA
 
 def unsupported_reason(backbone: PreTrainedModel) -> str | None:
     """Why `backbone` cannot encode padding-free (None: it can)."""
-    model_type = getattr(backbone.config, "model_type", None)
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        return f"model_type {model_type!r} is not BERT or RoBERTa (their position ids are the ones written here)"
+    family = family_of(backbone.config)
+    if family is None or not family.padding_free:  # the position ids written here: from 0, or RoBERTa's offset
+        model_type = getattr(backbone.config, "model_type", None)
+        return f"model_type {model_type!r} is not a family that packs (encoders/families.py: padding_free)"
     if not backbone._can_set_attn_implementation():
         return f"{type(backbone).__name__} does not route attention through transformers' AttentionInterface"
     if backbone.config._attn_implementation not in REPLACEABLE_ATTENTION:
@@ -151,7 +152,7 @@ def enable_padding_free(backbone: PreTrainedModel) -> bool:
 def position_ids(attention_mask: torch.Tensor, backbone: PreTrainedModel) -> torch.Tensor:
     """Each real token's position within its sentence (B, L), in the backbone's own numbering."""
     within = attention_mask.long().cumsum(dim=1) - 1
-    if backbone.config.model_type == "roberta":  # RoBERTa numbers positions from padding_idx + 1
+    if getattr(family_of(backbone.config), "position_offset", False):  # RoBERTa: from padding_idx + 1
         return within + backbone.config.pad_token_id + 1
     return within
 

@@ -21,6 +21,7 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.parts import ENCODERS, NATIVE, part
 from sentemb.encoders.onnx_embedder import prepared_rows
 from sentemb.encoders.prompt import (
     PROMPTBERT_TEMPLATE,
@@ -107,6 +108,52 @@ class Pooling(nn.Module):
         return TrainingViews(embedding[:n], embedding[n:], self.contrastive_weight, self.auxiliary_terms(rows, n))
 
 
+class AroundPooling(Pooling):
+    """A head that keeps its pooling's sentence vector and adds a training term of its own (MNTP): `build_encoder`
+    calls `around(pooling)`, and every call goes to the pooling inside unless the head overrides it (typically
+    `training_views`, to add an auxiliary (weight, loss) term)."""
+
+    wraps_pooling = True  # build_encoder calls `around(pooling)`: the pooling's vector stays the embedding
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner: Pooling | None = None
+
+    def around(self, pooling: Pooling) -> AroundPooling:
+        """This head with `pooling` inside."""
+        self.inner = pooling
+        return self
+
+    def inner_pooling(self) -> Pooling:
+        if self.inner is None:
+            raise RuntimeError(f"{type(self).__name__} has no pooling inside: build it with build_encoder (around())")
+        return self.inner
+
+    @property
+    def contrastive_weight(self) -> float:
+        return self.inner_pooling().contrastive_weight
+
+    def prepare(self, batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase) -> dict[str, torch.Tensor]:
+        return self.inner_pooling().prepare(batch, tokenizer)
+
+    def forward(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor], train_head: bool = False) -> torch.Tensor:
+        return self.inner_pooling()(hidden, batch, train_head=train_head)
+
+    def prepare_training(self, tokenizer: PreTrainedTokenizerBase) -> None:
+        self.inner_pooling().prepare_training(tokenizer)
+
+    def training_batch(
+        self, batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase
+    ) -> dict[str, torch.Tensor]:
+        return self.inner_pooling().training_batch(batch, tokenizer)
+
+    def training_rows(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return self.inner_pooling().training_rows(hidden, batch)
+
+    def training_views(self, rows: dict[str, torch.Tensor], batch: dict[str, torch.Tensor], n: int) -> TrainingViews:
+        return self.inner_pooling().training_views(rows, batch, n)
+
+
 def refuse_head(setting: str) -> NoReturn:
     """A head with a pooling whose output it would silently replace: refused with the fix."""
     raise SentembConfigError(
@@ -145,6 +192,13 @@ def mlp_linear(mlp: nn.Sequential) -> nn.Linear:
     return next(layer for layer in mlp if isinstance(layer, nn.Linear))
 
 
+@part(
+    "pooling",
+    "cls",
+    serves=ENCODERS,
+    why_not="the first token of a decoder has seen nothing of the sentence",
+    export=NATIVE,
+)
 class CLSPooling(Pooling):
     """[CLS] state; during training passed through SimCSE's MLP (Linear + Tanh, or `mlp_activation`'s form)."""
 
@@ -162,6 +216,7 @@ class CLSPooling(Pooling):
         return cls
 
 
+@part("pooling", "mean", export=NATIVE)
 class MeanPooling(Pooling):
     """Average of the token states the attention mask keeps (padding excluded)."""
 
@@ -176,6 +231,9 @@ class MeanPooling(Pooling):
         return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
 
 
+@part(
+    "pooling", "prompt", serves=ENCODERS, why_not="decoders have no [MASK] token (pooling=prompt_eol is their prompt)"
+)
 class PromptPooling(Pooling):
     """PromptBERT's [MASK] state: each sentence is wrapped in a template, the mask token's hidden state
     is the embedding (plus SimCSE's train-only MLP unless mlp=none).

@@ -36,12 +36,16 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.parts import ENCODERS, part
 from sentemb.encoders.pooling import Pooling
 
 log = logging.getLogger(__name__)
 KERNELS = (3, 4, 5)
 
 
+@part(
+    "head", "sarcse", serves=ENCODERS, why_not="SARCSE replaces an encoder's [CLS] pooling, which decoders do not have"
+)
 class SARCSEHead(Pooling):
     graph_refusal = (
         "format=onnx with head=sarcse: SARCSE's TextCNN lays out each batch at the width of its longest sentence's "

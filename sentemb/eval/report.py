@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sentemb.common.hydra_plumbing import part_name
 from sentemb.encoders.checkpoint import model_label
 
 TABLE_NAMES = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R", "SST2": "SST-2"}
@@ -22,7 +23,7 @@ def score_table(scores: dict[str, float]) -> list[str]:
 def markdown_report(results: dict[str, Any]) -> str:
     source = results["source"]
     what = source.get("checkpoint") or onnx_label(source) or model_label(source["model"])
-    lines = [f"# SentEval results: {what}", "", f"pooling: `{source['pooling'].get('_target_', '?')}`"]
+    lines = [f"# SentEval results: {what}", "", f"pooling: `{part_name(source['pooling']) or '?'}`"]
     if "sts_table" in results:
         lines += ["", "## STS (Spearman ×100; STS12–16 'all', STS-B and SICK-R test)", ""]
         lines += score_table(results["sts_table"])

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.file_values import Shape, read_json
-from sentemb.common.hydra_plumbing import resolved_container, target_name
+from sentemb.common.hydra_plumbing import part_name, resolved_container
 from sentemb.common.paths import resolve_data_root
 from sentemb.common.wandb_mode import wandb_mode
 from sentemb.encoders.build import build_encoder, check_checkpoint_parts, encoder_from_checkpoint
@@ -81,7 +81,7 @@ def load_encoder(
     if cfg.get("onnx"):
         encoder = onnx_artefact(cfg)
         graph = str(encoder.file.relative_to(encoder.folder.resolve()))
-        return encoder, {"onnx": str(encoder.folder), "graph": graph, "pooling": {"_target_": encoder.pooling}}, {}
+        return encoder, {"onnx": str(encoder.folder), "graph": graph, "pooling": {"name": encoder.pooling}}, {}
     if cfg.checkpoint:
         path = Path(cfg.checkpoint).expanduser()
         encoder, hparams = encoder_from_checkpoint(checkpoint or served_checkpoint(cfg), device)
@@ -179,9 +179,9 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
 
 
 def describe(source: dict[str, Any]) -> str:
-    pooling = target_name(source["pooling"]) or "?"
+    pooling = part_name(source["pooling"]) or "?"
     name = Path(source.get("checkpoint") or source.get("onnx") or "").name or model_label(source["model"])
-    head = target_name(source.get("head"))
+    head = part_name(source.get("head"))
     return f"{name}, {pooling}" + (f" + {head}" if head else "")
 
 

@@ -21,10 +21,12 @@ import math
 import torch
 import torch.nn.functional as F
 
+from sentemb.common.parts import part
 from sentemb.losses.base import LazyStats, LossOutput, Objective, require_positive
 from sentemb.losses.geometry import diagonal_mask, negative_softmax, negatives_logsumexp, paradigm_stats, safe_arccos
 
 
+@part("loss", "arccon")
 class ArcCon(Objective):
     def __init__(
         self, tau: float = 0.05, u: float = math.pi / 18, symmetric: bool = False, convention: str = "paper"

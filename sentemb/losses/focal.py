@@ -19,10 +19,12 @@ import torch
 import torch.nn.functional as F
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.parts import part
 from sentemb.losses.base import LazyStats, LossOutput, Objective, require_finite, require_positive
 from sentemb.losses.geometry import diagonal_mask, negative_softmax, paradigm_stats
 
 
+@part("loss", "focal")
 class FocalInfoNCE(Objective):
     def __init__(self, tau: float = 0.05, m: float = 0.3, symmetric: bool = False, convention: str = "paper") -> None:
         super().__init__()

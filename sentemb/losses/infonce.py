@@ -17,10 +17,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from sentemb.common.parts import part
 from sentemb.losses.base import LazyStats, LossOutput, Objective, require_positive
 from sentemb.losses.geometry import negative_softmax, negatives_logsumexp, paradigm_stats
 
 
+@part("loss", "infonce")
 class InfoNCE(Objective):
     def __init__(self, tau: float = 0.05, symmetric: bool = False, convention: str = "paper") -> None:
         super().__init__()

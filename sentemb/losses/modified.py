@@ -46,6 +46,7 @@ import math
 import torch
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.parts import part
 from sentemb.losses import reference as public_code
 from sentemb.losses.base import (
     LazyStats,
@@ -112,6 +113,7 @@ class ModifiedObjective(Objective):
         return margin_indicator(s, self.m) if self.margin_on == "cross" else same_view_margin_indicator(a, self.m)
 
 
+@part("loss", "mmhe")
 class ModifiedMHE(ModifiedObjective):
     def __init__(
         self,
@@ -153,6 +155,7 @@ class ModifiedMHE(ModifiedObjective):
         return LossOutput(loss, LazyStats(stats, s.device))
 
 
+@part("loss", "mmhs")
 class ModifiedMHS(ModifiedObjective):
     def __init__(
         self,
@@ -257,11 +260,13 @@ class ModifiedDecorrelation(ModifiedObjective):
         return LossOutput(loss, LazyStats(stats, s.device))
 
 
+@part("loss", "mbarlow")
 class ModifiedBarlowTwins(ModifiedDecorrelation):
     __doc__ = ModifiedDecorrelation.__doc__
     weights_from = "h2"
 
 
+@part("loss", "mvicreg")
 class ModifiedVICReg(ModifiedDecorrelation):
     __doc__ = ModifiedDecorrelation.__doc__
     weights_from = "a"

@@ -42,6 +42,7 @@ import math
 import torch
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.parts import part
 from sentemb.losses import reference as public_code
 from sentemb.losses.base import LazyStats, LossOutput, Objective, require_choice, require_finite, require_positive
 from sentemb.losses.geometry import (
@@ -98,6 +99,7 @@ class AlignUniform(GatedObjective):
         self.nu = require_positive("nu", nu, "1.0")
 
 
+@part("loss", "align_mhe")
 class AlignMHE(AlignUniform):
     def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
         n = h1.shape[0]
@@ -122,6 +124,7 @@ class AlignMHE(AlignUniform):
         return public_code.with_telemetry(loss, parts, h1, h2)
 
 
+@part("loss", "align_mhs")
 class AlignMHS(AlignUniform):
     def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
         n = h1.shape[0]
@@ -142,6 +145,7 @@ class AlignMHS(AlignUniform):
         return public_code.with_telemetry(loss, parts, h1, h2)
 
 
+@part("loss", "barlow")
 class BarlowTwins(GatedObjective):
     def __init__(
         self,
@@ -177,6 +181,7 @@ class BarlowTwins(GatedObjective):
         return self.decorrelation_reference(h1, h2, "barlow", self.nu)
 
 
+@part("loss", "vicreg")
 class VICReg(GatedObjective):
     def __init__(
         self,

@@ -32,6 +32,7 @@ import math
 import torch
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.parts import part
 from sentemb.losses.base import (
     LazyStats,
     LossOutput,
@@ -61,6 +62,7 @@ WEIGHTS = ("softmax", "hardest", "uniform", "power")
 DYNAMIC_RATIOS = ("arccon", "met")
 
 
+@part("loss", "paradigm")
 class Paradigm(Objective):
     def __init__(
         self,

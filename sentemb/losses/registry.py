@@ -14,7 +14,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from sentemb.common.errors import SentembConfigError
-from sentemb.common.hydra_plumbing import instantiate_checked
+from sentemb.common.parts import lookup
 from sentemb.common.paths import CONF_DIR
 
 LOSS_CONF_DIR = CONF_DIR / "loss"
@@ -31,13 +31,24 @@ def loss_config(name: str, **overrides: Any) -> DictConfig:
     if not path.is_file():
         raise SentembConfigError(f"no loss named {name!r} (looked for {path}). Choose one of: {', '.join(available())}")
     config = OmegaConf.load(path)
-    unknown = sorted(set(overrides) - set(config) - {"_target_"})
+    unknown = sorted(set(overrides) - set(config) - {"name"})
     if unknown:
-        fields = ", ".join(key for key in config if key != "_target_")
+        fields = ", ".join(key for key in config if key != "name")
         raise SentembConfigError(f"{path.name} has no field {', '.join(unknown)}; its fields are: {fields}")
     return OmegaConf.merge(config, overrides)
 
 
 def build(name: str, **overrides: Any) -> Any:
     """The objective `name` with the defaults of conf/loss/<name>.yaml overridden by `overrides`."""
-    return instantiate_checked(loss_config(name, **overrides))
+    return build_loss(OmegaConf.to_container(loss_config(name, **overrides), resolve=True))
+
+
+def build_loss(config: dict[str, Any]) -> Any:
+    """The objective a loss config names (`{name: <registered loss>, field: value, ...}`), built with its fields; a
+    field the loss does not take is named with the fix."""
+    fields = {key: value for key, value in config.items() if key != "name"}
+    entry = lookup("loss", config.get("name"))
+    try:
+        return entry.build(**fields)
+    except TypeError as err:  # a field the class does not take
+        raise SentembConfigError(f"loss={entry.name}: {err}. Fix: remove the field or correct its name") from None

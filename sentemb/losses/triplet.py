@@ -27,6 +27,7 @@ import math
 
 import torch
 
+from sentemb.common.parts import part
 from sentemb.losses.base import LazyStats, LossOutput, Objective, require_finite
 from sentemb.losses.geometry import (
     diagonal_mask,
@@ -41,6 +42,7 @@ from sentemb.losses.geometry import (
 REFERENCE_MET_EPS = 1e-4  # the public code's clamp_min(2 − 2s, 1e-4) before the root
 
 
+@part("loss", "mpt")
 class MPT(Objective):
     def __init__(self, m: float = 0.23, symmetric: bool = False, convention: str = "paper") -> None:
         super().__init__()
@@ -89,6 +91,7 @@ class DistanceTriplet(Objective):
         return LossOutput(loss, LazyStats(stats, s.device))
 
 
+@part("loss", "met")
 class MET(DistanceTriplet):
     def __init__(self, m: float = 0.45, symmetric: bool = False, convention: str = "paper") -> None:
         super().__init__()
@@ -103,6 +106,7 @@ class MET(DistanceTriplet):
         return 1.0 / self.distances(s)
 
 
+@part("loss", "mat")
 class MAT(DistanceTriplet):
     def __init__(self, m: float = 0.15, symmetric: bool = False, convention: str = "paper") -> None:
         super().__init__()

@@ -21,10 +21,12 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.parts import part
 from sentemb.losses.base import LazyStats, LossOutput, Objective
 from sentemb.losses.registry import build
 
 
+@part("loss", "sum")
 class WeightedSum(Objective):
     def __init__(self, terms: Mapping[str, Any]) -> None:
         super().__init__()

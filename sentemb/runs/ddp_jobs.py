@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from sentemb.common.errors import Preempted, SentembConfigError, TrainingDiverged
 from sentemb.runs.jobs import is_multirun, job_overrides, override_key
 from sentemb.runs.record import read_record
+from sentemb.training.checkpoints import run_checkpoints
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +129,7 @@ def launch_ranks(cfg: DictConfig, hydra_cfg: DictConfig, checkpoint: Path | None
         raise_rank_failure(output_dir, err)
     except SignalException as err:  # this process was signalled; torchrun has stopped the ranks (they checkpointed)
         rank0 = read_record(output_dir) or {}
-        raise Preempted(int(err.sigval), int(rank0.get("step") or -1), str(output_dir / "checkpoints")) from err
+        raise Preempted(int(err.sigval), int(rank0.get("step") or -1), str(run_checkpoints(output_dir))) from err
     rank0 = read_record(output_dir)
     if rank0 is None or rank0["status"] != "ok":
         raise RuntimeError(f"the job's rank 0 finished without an ok record in {output_dir}: {rank0}")
@@ -147,7 +148,7 @@ def raise_rank_failure(output_dir: Path, err: Any) -> None:
         raise TrainingDiverged(rank0["message"]) from err
     failures = sorted(err.failures.items(), key=lambda item: item[1].timestamp)
     if rank0.get("status") == "preempted" and all(f.exitcode == 128 + signal.SIGTERM for _, f in failures):
-        raise Preempted(int(signal.SIGTERM), int(rank0.get("step") or -1), str(output_dir / "checkpoints")) from err
+        raise Preempted(int(signal.SIGTERM), int(rank0.get("step") or -1), str(run_checkpoints(output_dir))) from err
     described = [f"rank {rank}: {failure_message(failure)}" for rank, failure in failures]
     raise RankFailed("; ".join(described)) from err
 

@@ -14,7 +14,7 @@ when the block ends the outcome, W&B's run finished with it:
   and re-raised.
 
 A preemption signal never ends a job with status 0: while the block runs, this module's handlers
-raise `Preempted` (outside training steps; sentemb.training.exact_resume's take over during them),
+raise `Preempted` (outside training steps; sentemb.training.checkpoints' LastCheckpoint takes over during them),
 and Lightning's SIGTERMException (a SystemExit with code 0) counts as a preemption too.
 """
 
@@ -40,7 +40,7 @@ from sentemb.runs.jobs import is_multirun, job_description
 from sentemb.runs.record import write_record
 from sentemb.runs.rerun_policy import Restart
 from sentemb.runs.wandb_runs import finish_wandb
-from sentemb.training.exact_resume import PREEMPTION_SIGNALS
+from sentemb.training.checkpoints import PREEMPTION_SIGNALS
 
 log = logging.getLogger(__name__)
 

@@ -6,6 +6,10 @@ directory already holds then decides whether the job runs (sentemb.runs.rerun_po
 written before that, so a refused or skipped job changes no byte of it. An accepted job then names
 itself in the lock file, writes Hydra's files and its log (sentemb.runs.job_files), and its training
 runs inside its record, which also settles its exit status (sentemb.runs.job_outcome).
+
+The job hands the recipe a config ready for it: a finished sweep's winner (from_sweep=) set before the
+recipe's checks, so they check its values too; and, once those checks passed and before the model is
+built, the job's W&B steps: an online server probed, the run id its checkpoints keep set (`run_recipe`).
 """
 
 from __future__ import annotations
@@ -25,19 +29,22 @@ from sentemb.common.metric_names import read_metric
 from sentemb.runs.ddp_jobs import launch_ranks, needs_rank_launch, process_rank
 from sentemb.runs.job_files import job_log, save_hydra_files
 from sentemb.runs.job_outcome import recorded_job
-from sentemb.runs.jobs import is_multirun, job_overrides
+from sentemb.runs.jobs import current_hydra, is_multirun, job_overrides
 from sentemb.runs.rerun_policy import Restart, plan_restart, set_old_checkpoints_aside
-from sentemb.training.exact_resume import check_checkpoint_path, checkpoint_dir
-from sentemb.training.trainer import remove_partial_checkpoints
+from sentemb.runs.sweeps import apply_sweep_winner
+from sentemb.runs.wandb_runs import check_wandb_reachable, wandb_run_id
+from sentemb.training.checkpoints import CHECKPOINTS, check_checkpoint_path, checkpoint_dir, remove_partial_checkpoints
 
 log = logging.getLogger(__name__)
 
-Recipe = Callable[[DictConfig], dict[str, Any]]  # one job's training: its config in, its final metrics out
+JobStep = Callable[[DictConfig], None]  # the job's own steps the recipe takes before it builds the model
+Recipe = Callable[[DictConfig, JobStep], dict[str, Any]]  # one job's training: config and job step in, metrics out
 
 
-def run_job(cfg: DictConfig, hydra_cfg: DictConfig | None, train: Recipe) -> float | None:
-    """Run directory lock, restart decision, `train(cfg)`, record, exit status; returns the optimized metric for
-    sweepers (None for a job its sweep goes on past)."""
+def run_job(cfg: DictConfig, train: Recipe) -> float | None:
+    """Run directory lock, restart decision, `train(cfg, before_build)`, record, exit status; returns the optimized
+    metric for sweepers (None for a job its sweep goes on past)."""
+    hydra_cfg = current_hydra()  # None outside a Hydra app
     try:  # before the restart decision: a directory another live command writes in is neither read nor written
         lock = lock_run_directory(cfg, hydra_cfg)
     except SentembConfigError as err:
@@ -64,7 +71,7 @@ def lock_resumed_run(cfg: DictConfig) -> FolderLock | None:
     if not ckpt or process_rank() != 0 or cfg.get("ddp_worker"):
         return None
     folder = Path(checkpoint_dir(ckpt, cfg.paths.output_dir))
-    run = folder.parent if folder.name == "checkpoints" else folder
+    run = folder.parent if folder.name == CHECKPOINTS else folder
     if not run.is_dir() or run.resolve() == Path(cfg.paths.output_dir).resolve():
         return None
     lock = take_folder_lock(
@@ -135,9 +142,31 @@ def run_accepted(
         cfg.ckpt_path = str(resume_from)
     with recorded_job(cfg, hydra_cfg, restart, rank0) as record:
         supervised = needs_rank_launch(cfg, hydra_cfg)
-        metrics = launch_ranks(cfg, hydra_cfg, resume_from) if supervised else train(cfg)
+        metrics = launch_ranks(cfg, hydra_cfg, resume_from) if supervised else run_recipe(cfg, train)
         record.update(status="ok", metrics=metrics)
     return optimized_metric(record["metrics"], cfg)  # a failed job its sweep goes on past has none: None
+
+
+def run_recipe(cfg: DictConfig, train: Recipe) -> dict[str, Any]:
+    """The recipe as a job (or each rank of one) runs it: the sweep winner first, the W&B steps handed in."""
+    winner = apply_sweep_winner(cfg)  # before the recipe's checks, so the winner's values are checked too
+    if winner:
+        log.info("from_sweep=%s: %s", cfg.from_sweep, " ".join(winner))
+    return train(cfg, before_build)
+
+
+def before_build(cfg: DictConfig) -> None:
+    """The job's W&B steps, which the recipe takes once its checks passed and its STS-B splits were read: after
+    them, so a config they refuse leaves no W&B run id behind; before the model is built."""
+    check_wandb_reachable(cfg.get("logger"))  # W&B online without its server: refused in 3 s, before the model loads
+    keep_wandb_run_id(cfg)
+
+
+def keep_wandb_run_id(cfg: DictConfig) -> None:
+    """The W&B run continues across resumes: its id lives beside the checkpoints the run resumes from."""
+    wandb_cfg = (cfg.get("logger") or {}).get("wandb")
+    if wandb_cfg and wandb_cfg.get("id") is None and process_rank() == 0:  # only rank 0 logs to W&B
+        wandb_cfg.id = wandb_run_id(Path(checkpoint_dir(cfg.get("ckpt_path"), cfg.paths.output_dir)))
 
 
 def optimized_metric(metrics: dict[str, Any], cfg: DictConfig) -> float | None:

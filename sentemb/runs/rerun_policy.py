@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.runs.record import RECORD_NAME, read_record
-from sentemb.training.exact_resume import LAST
+from sentemb.training.checkpoints import LAST, run_checkpoints
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def plan_restart(
             f"{output_dir / RECORD_NAME} belongs to a job run with {previous['overrides']}, not {overrides}. "
             "Fix: give this job its own directory (hydra.run.dir=... or a new hydra.sweep.dir), or move that one away"
         )
-    status, last = previous["status"], output_dir / "checkpoints" / LAST
+    status, last = previous["status"], run_checkpoints(output_dir) / LAST
     if status == "ok":
         return Restart("skip", "finished (metrics.json: ok); its record is reused", previous=previous)
     if interrupted(previous):
@@ -67,11 +67,11 @@ def plan_restart(
 
 def set_old_checkpoints_aside(output_dir: Path) -> Path | None:
     """A fresh start over an old run: its checkpoints/ → checkpoints.previous-<n>/ (not overwritten, not deleted)."""
-    old = output_dir / "checkpoints"
+    old = run_checkpoints(output_dir)
     if not old.is_dir() or not any(old.iterdir()):
         return None
     number = 1
-    while (aside := output_dir / f"checkpoints.previous-{number}").exists():
+    while (aside := old.with_name(f"{old.name}.previous-{number}")).exists():
         number += 1
     old.rename(aside)
     return aside

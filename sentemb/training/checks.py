@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sentemb.common.config_fields import check_fields
 from sentemb.common.errors import SentembConfigError
-from sentemb.common.hydra_plumbing import instantiate_checked, resolved_container
+from sentemb.common.hydra_plumbing import resolved_container
 from sentemb.common.metric_names import check_metric_name
 from sentemb.common.paths import resolve_data_root
 from sentemb.data.corpus import CorpusReport, check_corpus
@@ -26,14 +26,14 @@ from sentemb.encoders.backbones import check_model
 from sentemb.encoders.build import (
     attach_head,
     build_part,
-    check_head_fits,
     check_length_fits,
-    check_pooling_fits,
+    check_part_fits,
     is_decoder_config,
+    part_entry,
 )
 from sentemb.encoders.decoders import check_decoder_options, warn_without_dropout
 from sentemb.training.callbacks import check_every_n_steps
-from sentemb.training.exact_resume import check_checkpoint_path
+from sentemb.training.checkpoints import check_checkpoint_path
 from sentemb.training.grad_cache import check_grad_cache
 from sentemb.training.sharding import check_sharding, devices_asked
 from sentemb.training.trainer import check_devices
@@ -81,14 +81,14 @@ def check_parts(cfg: DictConfig) -> None:
     if not cfg.get("loss"):
         raise SentembConfigError("loss: no objective configured. Fix: pick one, e.g. loss=infonce")
     choices = OmegaConf.select(cfg, "hydra.runtime.choices") or {}
-    # a stray field (a sweep's loss.m on InfoNCE) named before Hydra's TypeError
-    for group in ("loss", "pooling", "head", "adapter"):
+    # a stray field (a sweep's loss.m on InfoNCE) named before the constructor's TypeError
+    for group in ("loss", "pooling", "head"):
         if cfg.get(group):
-            check_fields(cfg[group], group, choices.get(group))
-    instantiate_checked(cfg.loss)  # each objective validates its own hyper-parameters (e.g. τ > 0)
+            check_fields(cfg[group], group, part_entry(group, resolved_container(cfg[group])).build, choices.get(group))
+    build_part("loss", resolved_container(cfg.loss))  # each objective validates its own hyper-parameters (e.g. τ > 0)
     model, pooling_cfg = resolved_container(cfg.model), resolved_container(cfg.pooling)
-    check_pooling_fits(model, pooling_cfg)  # a decoder with [CLS] or [MASK] pooling
-    check_head_fits(model, resolved_container(cfg.get("head")))  # MNTP on an encoder, SARCSE on a decoder
+    check_part_fits("pooling", pooling_cfg, model)  # a decoder with [CLS] or [MASK] pooling
+    check_part_fits("head", resolved_container(cfg.get("head")), model)  # MNTP on an encoder, SARCSE on a decoder
     heads = pooling_cfg.get("num_heads")  # the latent pooling's heads must divide the width: a toy width they divide
     toy = TOY_SIZE * heads if isinstance(heads, int) and not isinstance(heads, bool) and heads > 0 else TOY_SIZE
     pooling = build_part("pooling", pooling_cfg, hidden_size=toy)  # template, MLP options

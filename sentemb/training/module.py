@@ -22,21 +22,24 @@ from omegaconf import DictConfig
 
 from sentemb.common.errors import SentembConfigError, TrainingDiverged
 from sentemb.common.hydra_plumbing import resolved_container
-from sentemb.encoders.adapters import base_fingerprint, is_adapted
-from sentemb.encoders.build import build_encoder, check_base_fingerprint
-from sentemb.encoders.checkpoint import model_label, read_checkpoint
+from sentemb.encoders.adapters import is_adapted
+from sentemb.encoders.build import build_encoder, build_part, checked_part
+from sentemb.encoders.checkpoint import read_checkpoint
 from sentemb.encoders.pooling import TrainingViews
 from sentemb.losses import LossOutput
 from sentemb.losses.base import LazyStats
+from sentemb.training.checkpoints import CheckpointContents
 from sentemb.training.distributed import gather_with_grad, world_size
-from sentemb.training.exact_resume import rng_states, set_rng_states
 from sentemb.training.grad_cache import GradCache
 from sentemb.training.sharding import shard_encoder
 
 log = logging.getLogger(__name__)
 
 
-class SentembModule(L.LightningModule):
+class SentembModule(CheckpointContents, L.LightningModule):
+    """What a checkpoint holds beyond Lightning's own (RNG streams, an adapter run's trained weights, every part's
+    state) is `CheckpointContents`' (sentemb/training/checkpoints.py)."""
+
     def __init__(
         self,
         model: dict[str, Any],
@@ -52,11 +55,11 @@ class SentembModule(L.LightningModule):
         super().__init__()
         self.save_hyperparameters()
         self.encoder = build_encoder(model, pooling, head, adapter)
-        # an adapter run's checkpoints hold its trained weights only (on_save_checkpoint); the base is rebuilt
+        # an adapter run's checkpoints hold its trained weights only (CheckpointContents); the base is rebuilt
         self.strict_loading = not is_adapted(self.encoder.backbone)
         if compile:  # in place: parameter names (and checkpoints) stay those of the eager backbone
             self.encoder.backbone.compile(dynamic=True)  # dynamic: every batch packs another number of tokens
-        self.loss = instantiate(loss)
+        self.loss = build_part("loss", loss)  # a registered objective by name (sentemb.common.parts)
         self.grad_cache = GradCache.from_config(grad_cache)  # null, a sentence count, or {sentences, tokens}
         # from_pretrained returns the backbone in eval mode and Lightning keeps submodule modes:
         # without this, dropout is off and the two views are identical (no SimCSE at all)
@@ -100,34 +103,6 @@ class SentembModule(L.LightningModule):
                 f"model: {type(self.encoder.backbone).__name__} + {type(self.encoder.pooling).__name__}, "
                 f"{total / 1e6:.1f} M parameters, {trainable / 1e6:.1f} M trained; loss: {type(self.loss).__name__}"
             )
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["rng_states"] = rng_states()  # resumes draw the dropout masks the uninterrupted run would have
-        if not self.strict_loading:  # adapter run: the trained weights only, and which base they go with
-            kept = self.trained_keys()
-            checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in kept}
-            checkpoint["base_model"] = {
-                "name": model_label(self.hparams.model),
-                "config_sha256": base_fingerprint(self.encoder.backbone),
-            }
-
-    def trained_keys(self) -> set[str]:
-        """State-dict keys of what this run changes: trainable parameters, and every buffer outside the backbone."""
-        keys = {name for name, p in self.named_parameters() if p.requires_grad}
-        return keys | {name for name, _ in self.named_buffers() if not name.startswith("encoder.backbone.")}
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        if not self.strict_loading:  # an adapter checkpoint must hold every trained weight (the rest is the base)
-            named = f"ckpt_path={self.trainer.ckpt_path}" if self._trainer is not None else "the checkpoint"
-            check_base_fingerprint(checkpoint, self.encoder.backbone, named)
-            missing = sorted(self.trained_keys() - set(checkpoint["state_dict"]))
-            if missing:
-                raise SentembConfigError(
-                    f"the checkpoint lacks {len(missing)} trained weights of this run (e.g. {missing[0]}): it was "
-                    "written with another adapter, pooling or head. Fix: resume with the run's own config"
-                )
-        if self._trainer is not None and "rng_states" in checkpoint:  # resuming a fit, not loading for evaluation
-            set_rng_states(checkpoint["rng_states"])
 
     def step_loss(
         self, batch: dict[str, torch.Tensor]
@@ -284,19 +259,22 @@ class SentembModule(L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
-# what a checkpoint's loss, optimizer and scheduler may name (Lightning's load_from_checkpoint builds them): an
-# objective of sentemb.losses, an optimizer class of torch.optim, a schedule of transformers or torch
+# what a checkpoint's optimizer and scheduler may name (Lightning's load_from_checkpoint builds them): an optimizer
+# class of torch.optim, a schedule of transformers or torch (the loss is a registered part, by name)
 BUILT_FROM = {
-    "loss": re.compile(r"sentemb\.losses\.(\w+\.)?[A-Z]\w*"),
     "optimizer": re.compile(r"torch\.optim\.[A-Z]\w*"),
     "scheduler": re.compile(r"transformers\.(optimization\.)?get_\w*schedule\w*|torch\.optim\.lr_scheduler\.[A-Z]\w*"),
 }
 
 
 def check_built_targets(hparams: Mapping[str, Any], named: str) -> None:
-    """The `_target_`s Lightning's `load_from_checkpoint` would build (SentembModule's `instantiate` of the loss,
-    optimizer and scheduler) name an objective, an optimizer or a schedule of sentemb's, torch's or transformers'
-    own, by name (nothing is imported to check); else refused before anything is built."""
+    """What Lightning's `load_from_checkpoint` would build: the loss a registered objective (`checked_part`), the
+    optimizer and scheduler `_target_`s torch's or transformers' own, by name (nothing is imported to check); else
+    refused before anything is built."""
+    try:
+        checked_part("loss", hparams.get("loss"))
+    except SentembConfigError as err:
+        raise SentembConfigError(f"{named}: {err}") from None
     for part, names in BUILT_FROM.items():
         node = hparams.get(part)
         target = node.get("_target_") if isinstance(node, Mapping) else None

@@ -15,8 +15,8 @@ the plain step and by GradCache's chunks) is registered as a forward method too;
 a LoRA adapter's trainable weights and the frozen base weights beside them in one layer need
 nothing more (FSDP1's `use_orig_params`, which peft asks for, has no FSDP2 counterpart to set).
 GradCache replays each chunk's backward on its own under FSDP (grad_cache.py). Checkpoints are
-one file gathered on rank 0 (save_distributed_checkpoint=False), which `read_checkpoint`,
-evaluation, export and exact resume read as they read any other.
+one file gathered on rank 0 (sentemb.training.checkpoints.GatheredCheckpoints), which
+`read_checkpoint`, evaluation, export and exact resume read as they read any other.
 
 Lightning's FSDPStrategy (FSDP1) is not used: it refuses CPU devices, so it could not be tested here.
 """
@@ -25,16 +25,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
-import torch
 from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
 from lightning.pytorch.strategies import ModelParallelStrategy
 from torch import nn
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.encoders.adapters import base_model
+from sentemb.training.checkpoints import GatheredCheckpoints
 
 # this strategy's class path in conf/trainer/fsdp.yaml (trainer.strategy._target_)
 STRATEGY_TARGET = "sentemb.training.sharding.FullyShardedStrategy"
@@ -44,17 +43,13 @@ FORWARD_METHODS = ("training_rows",)
 PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-true")
 
 
-class FullyShardedStrategy(ModelParallelStrategy):
+class FullyShardedStrategy(GatheredCheckpoints, ModelParallelStrategy):
     """Lightning's ModelParallelStrategy as FSDP alone: one data-parallel dimension over every process, and
-    checkpoints gathered into one file on rank 0 (what evaluation, export and exact resume read)."""
+    checkpoints gathered into one file on rank 0 (what evaluation, export and exact resume read:
+    sentemb.training.checkpoints.GatheredCheckpoints)."""
 
     def __init__(self, process_group_backend: str | None = None, timeout: timedelta | None = default_pg_timeout):
-        super().__init__(
-            tensor_parallel_size=1,
-            save_distributed_checkpoint=False,
-            process_group_backend=process_group_backend,
-            timeout=timeout,
-        )
+        super().__init__(tensor_parallel_size=1, process_group_backend=process_group_backend, timeout=timeout)
 
     @property
     def mesh_shape(self) -> tuple[int, int]:
@@ -65,24 +60,6 @@ class FullyShardedStrategy(ModelParallelStrategy):
         # Lightning's default data-parallel size is the node count: one node's processes would then average nothing
         self._data_parallel_size, self._tensor_parallel_size = self.mesh_shape
         super().setup_environment()
-
-    def load_checkpoint(self, checkpoint_path: str | Path, weights_only: bool | None = None) -> dict[str, Any]:
-        """Lightning's load into the shards, after the strategy's setup (the weights load into the shards).
-
-        By then Lightning has built the training loader (for configure_optimizers' estimated_stepping_batches) and
-        iterated it once, and a loader's saved position is restored only where it is built (Lightning issue 20550):
-        the loader is dropped here, so the fit loop builds it again after this restore, at the run's position (the
-        datamodule's and the loader's own state). The file's weights go back in the returned checkpoint: Lightning
-        pops them, and SentembModule.on_load_checkpoint checks an adapter checkpoint's keys there.
-        """
-        trainer = self.lightning_module.trainer
-        trainer.fit_loop._combined_loader = None
-        path = Path(self.broadcast(checkpoint_path))
-        checkpoint = super().load_checkpoint(path, weights_only)
-        if "state_dict" not in checkpoint and path.is_file():  # mmap: the tensors stay on disk
-            state = torch.load(path, mmap=True, map_location="cpu", weights_only=weights_only)
-            checkpoint["state_dict"] = state["state_dict"]
-        return checkpoint
 
 
 def is_sharded(trainer_cfg: Mapping[str, Any]) -> bool:

@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import io
 import logging
 import os
 import warnings
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
 from hydra.utils import instantiate
-from lightning.pytorch.callbacks import Checkpoint, DeviceStatsMonitor, LearningRateMonitor, ModelCheckpoint
-from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.callbacks import Checkpoint, DeviceStatsMonitor, LearningRateMonitor
 from omegaconf import DictConfig
 
-from sentemb.common.errors import CheckpointNotWritten, SentembConfigError
+from sentemb.common.errors import SentembConfigError
 from sentemb.common.metric_names import (
     BEST_STEP,
     DEV_SPEARMAN,
@@ -33,6 +28,7 @@ from sentemb.common.metric_names import (
 from sentemb.encoders.build import load_checkpoint_encoder
 from sentemb.eval.sts import STSBenchmark
 from sentemb.training.callbacks import STSBDevEvaluation
+from sentemb.training.checkpoints import best_checkpoint_callback, checkpoint_plugins
 
 log = logging.getLogger(__name__)
 
@@ -95,65 +91,6 @@ def devices_wanted(devices: Any) -> int:
     return max(indices) + 1 if indices else 0
 
 
-class AtomicCheckpointIO(TorchCheckpointIO):
-    """Every checkpoint a run writes (best-step*.ckpt, last.ckpt; trainer=fsdp's file gathered on rank 0 too) is
-    whole or absent: written under a temporary name in its folder, then renamed over the target.
-
-    Lightning writes the target itself, so a full disk left a truncated best-step*.ckpt that nothing removed; a
-    failed write here removes its temporary file and raises `CheckpointNotWritten`, naming the file and the fix.
-    """
-
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
-        if storage_options is not None or "://" in str(path):  # remote storage: Lightning's fsspec transaction
-            super().save_checkpoint(checkpoint, path, storage_options)
-            return
-        write_atomically(checkpoint, Path(path))
-
-
-def write_atomically(checkpoint: dict[str, Any], path: Path) -> None:
-    """`checkpoint` at `path`, replaced in one rename; on failure no file is left and the target is untouched."""
-    buffer = io.BytesIO()
-    # serialised first, as Lightning does: torch.save into a file turns the OSError of a failed write into an
-    # errno-less RuntimeError
-    torch.save(checkpoint, buffer)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(temporary, "wb") as handle:
-            handle.write(buffer.getbuffer())
-            handle.flush()
-            os.fsync(handle.fileno())  # a delayed ENOSPC (ext4, NFS) is reported here, before the rename
-        os.replace(temporary, path)
-    except BaseException as err:
-        with contextlib.suppress(OSError):
-            temporary.unlink(missing_ok=True)
-        if isinstance(err, OSError):
-            raise CheckpointNotWritten(checkpoint_error(path, err)) from err
-        raise
-
-
-def remove_partial_checkpoints(folder: Path) -> list[Path]:
-    """The temporary files of checkpoint writes that never finished (a process killed mid-write: `write_atomically`'s
-    and LastCheckpoint's `.<name>.partial`) in `folder`, removed; the job that now holds the folder calls this.
-    Never a checkpoint: those are renamed into place whole."""
-    found = sorted(folder.glob(".*.partial")) if folder.is_dir() else []
-    for path in found:
-        path.unlink(missing_ok=True)
-    return found
-
-
-def checkpoint_error(path: Path, err: OSError) -> str:
-    """The message of a checkpoint that could not be written: the file, the system's reason, the fix."""
-    reason = err.strerror or str(err)
-    code = f" ({errno.errorcode[err.errno]})" if err.errno in errno.errorcode else ""
-    return (
-        f"could not write the checkpoint {path}: {reason}{code}; no partial file was left and the previous "
-        f"checkpoints are untouched. Fix: free space in {path.parent} (`df -h {path.parent}`; or raise the quota, "
-        "or the folder's permissions), or run with hydra.run.dir=<a folder on a disk with room> (checkpoints go "
-        "to its checkpoints/)"
-    )
-
-
 def build_trainer(cfg: DictConfig, extra_callbacks: list[L.Callback] = (), **overrides: Any) -> L.Trainer:
     """The configured Trainer with the configured callbacks and loggers (plus `extra_callbacks`).
 
@@ -178,8 +115,8 @@ def build_trainer(cfg: DictConfig, extra_callbacks: list[L.Callback] = (), **ove
     if not checkpointing_set and not any(isinstance(c, Checkpoint) for c in callbacks):
         # Lightning would add a ModelCheckpoint of the last weights, named like a best one: callbacks=none means none
         overrides["enable_checkpointing"] = False
-    if "plugins" not in {*cfg.trainer, *overrides}:  # configured plugins are the user's; this one otherwise
-        overrides["plugins"] = [AtomicCheckpointIO()]
+    if "plugins" not in {*cfg.trainer, *overrides}:  # configured plugins are the user's; the atomic write otherwise
+        overrides["plugins"] = checkpoint_plugins()
     trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, **overrides)
     visible = torch.cuda.device_count()
     if visible > 1 and trainer.world_size == 1:
@@ -192,13 +129,6 @@ def build_trainer(cfg: DictConfig, extra_callbacks: list[L.Callback] = (), **ove
     # CPU step; the algorithms stay the deterministic ones without it
     torch.utils.deterministic.fill_uninitialized_memory = False
     return trainer
-
-
-def best_checkpoint_callback(trainer: L.Trainer) -> ModelCheckpoint | None:
-    """The ModelCheckpoint that keeps the best STS-B dev score (callbacks=default's model_checkpoint), or None."""
-    return next(
-        (c for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint) and c.monitor == DEV_SPEARMAN), None
-    )
 
 
 def report_best(trainer: L.Trainer, dev_eval: STSBDevEvaluation, test_split: STSBenchmark) -> dict[str, Any]:

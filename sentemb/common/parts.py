@@ -1,0 +1,151 @@
+"""The one registry of parts: every loss, pooling, head and model loader says here, beside its own class, what it is.
+
+    @part("pooling", "cls", serves=ENCODERS, why_not="the first token of a decoder has seen nothing of the sentence")
+    class CLSPooling(Pooling): ...
+
+A config names a part by its registry name (`pooling: {name: cls, mlp: train}`): files can name only
+registered parts, and a name is looked up here, never imported. The declaration holds the facts that
+used to live in tables far from the part: which backbones it serves (and why not the others), how it
+exports, how a loader's position limit is read. A package's parts register when the package is
+imported (`import_parts`: every module of the package, so a new file is found without editing a list).
+Parts of your own register from Python the same way (`register_part`) before you build.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sentemb.common.errors import SentembConfigError
+
+KINDS = ("loss", "pooling", "head", "model.backbone", "model.tokenizer")
+ENCODERS, DECODERS, BOTH = "encoders", "decoders", "both"
+# how a pooling or head leaves in an exported folder: sentence-transformers' own modules (no sentemb needed to load),
+# sentemb's module (sentemb_config.json), or left out because it only trains (the folder embeds with its pooling)
+NATIVE, SENTEMB, TRAINS_ONLY = "native", "sentemb", "trains_only"
+
+
+@dataclass(frozen=True)
+class Part:
+    """What a part declares about itself; `build` is its class or loader function."""
+
+    kind: str
+    name: str
+    declared: Callable[..., Any]  # the class or loader as registered
+    serves: str = BOTH  # ENCODERS, DECODERS or BOTH: the backbones it works with
+    why_not: str = ""  # why it cannot serve the other backbones (said when refused)
+    export: str = SENTEMB  # NATIVE, SENTEMB or TRAINS_ONLY (poolings and heads)
+    positions: Callable[..., int | None] | None = None  # a backbone loader's position limit from its options alone
+    facts: dict[str, Any] = field(default_factory=dict)  # anything else a kind needs (a loader's decoder family ...)
+
+    @property
+    def build(self) -> Callable[..., Any]:
+        """Its class or loader, looked up in its module when used (a test's monkeypatch of a loader is seen)."""
+        module = sys.modules.get(self.declared.__module__)
+        return getattr(module, self.declared.__qualname__, self.declared)
+
+    @property
+    def path(self) -> str:
+        """Its Python path, as configs written before registry names named it (`_target_`)."""
+        return f"{self.declared.__module__}.{self.declared.__qualname__}"
+
+    def fits(self, decoder: bool) -> bool:
+        """Whether it serves a decoder LLM (`decoder`) or an encoder."""
+        return self.serves == BOTH or self.serves == (DECODERS if decoder else ENCODERS)
+
+
+REGISTRY: dict[str, dict[str, Part]] = {kind: {} for kind in KINDS}
+
+
+def check_kind(kind: str) -> None:
+    if kind not in REGISTRY:
+        raise SentembConfigError(f"{kind!r} is not a part kind. Fix: one of {', '.join(KINDS)}")
+
+
+def register_part(kind: str, build: Callable[..., Any], name: str | None = None, **declared: Any) -> str:
+    """Lets configs name `build` (a class or loader of your own) as a `kind` part, by `name` (default: its Python
+    name); the keywords are the facts of `Part`. Call it before building. Returns the name configs use."""
+    check_kind(kind)
+    name = name or build.__name__
+    known = {key: declared.pop(key) for key in ("serves", "why_not", "export", "positions") if key in declared}
+    entry = Part(kind, name, build, **known, facts=declared)
+    existing = REGISTRY[kind].get(name)
+    if existing is not None and existing.path != entry.path:
+        raise SentembConfigError(f"register_part: {kind} name {name!r} is taken by {existing.path}. Fix: another name")
+    REGISTRY[kind][name] = entry
+    return name
+
+
+def part(kind: str, name: str, **declared: Any) -> Callable[[Any], Any]:
+    """Class or function decorator: `register_part(kind, it, name, **declared)`; the part keeps its declaration as
+    `.part` (a class) so an instance can say what it is."""
+
+    def register(build: Any) -> Any:
+        register_part(kind, build, name, **declared)
+        if isinstance(build, type):
+            build.part = REGISTRY[kind][name]
+        return build
+
+    return register
+
+
+def lookup(kind: str, name: Any) -> Part:
+    """The registered `kind` part called `name`, else refused naming the key and the names it may be."""
+    check_kind(kind)
+    found = REGISTRY[kind].get(name) if isinstance(name, str) else None
+    if found is None:
+        raise unknown_part(kind, "name", name)
+    return found
+
+
+def unknown_part(kind: str, key: str, value: Any) -> SentembConfigError:
+    """The refusal of a `kind` part config whose `key` (its name, or an old `_target_`) names no registered part."""
+    return SentembConfigError(
+        f"{kind}.{key}={value!r} is not one of sentemb's {kind} parts ({', '.join(sorted(REGISTRY[kind]))}): "
+        f"refused, nothing was imported or run. Fix: one of those names (conf/{kind.split('.')[0]}/ has a config "
+        f"for each); a part of your own is a class with @part({kind!r}, <name>) in a module sentemb imports "
+        "(docs/layout.md: adding a part), or sentemb.common.parts.register_part from your own script"
+    )
+
+
+def named_by_path(kind: str, target: str) -> str | None:
+    """The registry name of the `kind` part an old config's `_target_` path named: the registered part with that exact
+    path, or a sentemb part whose class or loader has that Python name (sentemb's modules have moved over time; a
+    path is matched against the registry, never imported). None: no registered part."""
+    check_kind(kind)
+    for entry in REGISTRY[kind].values():
+        if entry.path == target:
+            return entry.name
+    if not target.startswith("sentemb."):
+        return None
+    leaf = target.rsplit(".", 1)[-1]
+    return next(
+        (
+            e.name
+            for e in REGISTRY[kind].values()
+            if e.build.__module__.startswith("sentemb.") and e.build.__name__ == leaf
+        ),
+        None,
+    )
+
+
+def declared_part(obj: Any) -> Part | None:
+    """The declaration of the class `obj` is an instance of (its own, not one inherited from a registered parent)."""
+    return vars(type(obj)).get("part")
+
+
+def names(kind: str, where: Callable[[Part], bool] = lambda _: True) -> list[str]:
+    """The registered names of `kind` (those `where` keeps), sorted."""
+    return sorted(name for name, entry in REGISTRY[kind].items() if where(entry))
+
+
+def import_parts(package: str, path: Iterable[str]) -> None:
+    """Imports every module of `package` (its `__path__`), so the parts they declare register; a module whose name
+    starts with `_` is left alone. Only the package's own files are imported, never a name read from a config."""
+    for module in pkgutil.iter_modules(path):
+        if not module.name.startswith("_"):
+            importlib.import_module(f"{package}.{module.name}")
