@@ -18,7 +18,7 @@ Python and Lightning overhead, take the time, and that weights, gradients and Ad
 (1.4 GiB) weigh as much as the activations (~1.5 GiB at batch 16); small enough that `make bench`'s
 quick mode takes minutes.
 With the 2000-token vocabulary, max_length 32 batches are ~85% real tokens, and sentemb packs a
-batch only under 85% (PACK_BELOW, sentemb/encoders/padding_free.py), so about a third of them stay
+batch only under 85% (PACK_BELOW, sentemb/encoders/models/padding_free.py), so about a third of them stay
 padded under padding-free: the report counts the batches packed, and `make bench` also runs
 `--max-length 64 --configs full_padded,full_padding_free` (~66% real tokens, every batch packed).
 
@@ -132,8 +132,8 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
 
     from sentemb.common.hydra_plumbing import compose_config
     from sentemb.common.paths import CONF_DIR
-    from sentemb.encoders.adapters import base_model, is_adapted
-    from sentemb.encoders.padding_free import worth_packing
+    from sentemb.encoders.models.adapters import base_model, is_adapted
+    from sentemb.encoders.models.padding_free import worth_packing
     from sentemb.training.checks import prepare_run
     from sentemb.training.module import SentembModule
     from sentemb.training.trainer import build_trainer
@@ -326,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Real tokens a step: {first['real_tokens']:.0f} of {first['padded_tokens']:.0f} padded "
         f"({first['real_tokens'] / first['padded_tokens']:.0%}) per view; timed batches packed under "
         f"model.padding_free=true: {max(packed.values())} of {first['timed_batches']} (sentemb packs a batch only "
-        "under 85% real tokens, PACK_BELOW in sentemb/encoders/padding_free.py; the others stay padded).",
+        "under 85% real tokens, PACK_BELOW in sentemb/encoders/models/padding_free.py; the others stay padded).",
         "",
         f"| configuration | s/step (median) | time / {label[ANCHOR]} (median of rounds) | time ratio per round | "
         "real tokens/s | trained parameters | optimizer state MiB | peak memory MiB (RSS increase) | "

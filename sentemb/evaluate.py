@@ -14,7 +14,7 @@ from sentemb.common.command_line import checked_command_line
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.paths import CONF_DIR
 from sentemb.common.process import configure_process
-from sentemb.encoders.backbones import check_model
+from sentemb.encoders.models.backbones import check_model
 from sentemb.eval.suite import evaluate
 
 

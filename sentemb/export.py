@@ -43,14 +43,14 @@ from sentemb.common.hydra_plumbing import resolved_container
 from sentemb.common.parts import NATIVE, TRAINS_ONLY, declared_part
 from sentemb.common.paths import CONF_DIR, resolve_data_root
 from sentemb.common.process import configure_process
-from sentemb.encoders.adapters import is_adapted, merged
-from sentemb.encoders.backbones import check_model
 from sentemb.encoders.build import is_decoder_config
 from sentemb.encoders.checkpoint import current_part, model_label
 from sentemb.encoders.encoder import SentenceEncoder
-from sentemb.encoders.onnx_embedder import OnnxEncoder
-from sentemb.encoders.onnx_graph import check_graph_parts, write_onnx_folder
-from sentemb.encoders.pooling import CLSPooling, mlp_linear
+from sentemb.encoders.models.adapters import is_adapted, merged
+from sentemb.encoders.models.backbones import check_model
+from sentemb.encoders.poolings.encoder_poolings import CLSPooling, mlp_linear
+from sentemb.encoders.serving.onnx_embedder import OnnxEncoder
+from sentemb.encoders.serving.onnx_graph import check_graph_parts, write_onnx_folder
 from sentemb.eval.deployed import ArtefactCheck, artefact_table
 from sentemb.eval.report import markdown_report
 from sentemb.eval.suite import evaluate, load_encoder, served_checkpoint

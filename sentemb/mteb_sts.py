@@ -14,7 +14,7 @@ from pathlib import Path
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.process import configure_process
-from sentemb.encoders.backbones import hub_reachable
+from sentemb.encoders.models.backbones import hub_reachable
 
 
 def check(folder: Path) -> str | None:

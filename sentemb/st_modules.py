@@ -31,9 +31,9 @@ from sentence_transformers.base.modules.input_module import InputModule
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.file_values import Shape, checked, read_json
-from sentemb.encoders.adapters import base_fingerprint, is_adapted
 from sentemb.encoders.build import build_encoder, is_decoder_config
 from sentemb.encoders.encoder import SentenceEncoder
+from sentemb.encoders.models.adapters import base_fingerprint, is_adapted
 
 CONFIG = "sentemb_config.json"
 POOLING_WEIGHTS = "sentemb_pooling.safetensors"
@@ -149,7 +149,7 @@ class SentembEncoder(InputModule):
         if is_adapted(self.encoder.backbone):  # peft would save the adapter alone: a folder without its base
             raise SentembConfigError(
                 "SentembEncoder.save: the backbone carries a LoRA adapter. Fix: merge it first "
-                "(sentemb.encoders.adapters.merged), as python -m sentemb.export does"
+                "(sentemb.encoders.models.adapters.merged), as python -m sentemb.export does"
             )
         # a decoder's config.json keeps is_causal as trained: transformers' AutoModel loads the folder the same way
         self.encoder.backbone.save_pretrained(folder)

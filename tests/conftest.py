@@ -84,7 +84,7 @@ def forbid_model_loading(monkeypatch):
     def loaded(*args, **kwargs):
         raise AssertionError("a model was loaded before the bad input was reported")
 
-    import sentemb.encoders.backbones
+    import sentemb.encoders.models.backbones
 
     for loader in (
         "tiny_bert",
@@ -93,7 +93,7 @@ def forbid_model_loading(monkeypatch):
         "pretrained_tokenizer",
         "tiny_roberta_tokenizer",
     ):
-        monkeypatch.setattr(sentemb.encoders.backbones, loader, loaded)
+        monkeypatch.setattr(sentemb.encoders.models.backbones, loader, loaded)
 
 
 def tree(root: Path) -> dict[str, str]:

@@ -6,7 +6,7 @@ import pytest
 
 from sentemb.common.command_line import unquoted_non_ascii
 from sentemb.common.errors import SentembConfigError
-from sentemb.encoders.decoders import check_attention_options
+from sentemb.encoders.models.decoders import check_attention_options
 
 
 @pytest.mark.parametrize("arg", ["hydra.run.dir=/tmp/héllo", "data.corpus=/data/語料.txt", "loss.tau=0.05,é"])
@@ -49,7 +49,7 @@ def test_decoder_loader_options_come_from_closed_sets(attention, dtype, key):
 
 
 def test_the_encoder_loader_takes_no_keyword_beyond_its_own():
-    from sentemb.encoders.backbones import pretrained_backbone
+    from sentemb.encoders.models.backbones import pretrained_backbone
 
     with pytest.raises(TypeError, match="trust_remote_code"):
         pretrained_backbone("bert-base-uncased", trust_remote_code=True)  # refused by Python before any look-up

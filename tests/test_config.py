@@ -36,8 +36,8 @@ def test_option_composes(group, option, tmp_path):
 def test_pooling_instantiates(option, tmp_path):
     import torch
 
-    from sentemb.encoders.backbones import packaged_model_path, pretrained_tokenizer, tiny_bert
     from sentemb.encoders.encoder import SentenceEncoder
+    from sentemb.encoders.models.backbones import packaged_model_path, pretrained_tokenizer, tiny_bert
 
     pooling = build_part("pooling", compose_train([f"pooling={option}"], tmp_path).pooling, hidden_size=32)
     backbone = tiny_bert(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
@@ -205,8 +205,8 @@ def test_every_table5_stage_instantiates(experiment, tmp_path):
 def test_checkpoints_naming_the_encoder_modules_before_they_moved_still_build():
     # hyper-parameters saved before sentemb/encoders/ existed name sentemb.pooling.X, sentemb.backbones.Y, ...
     from sentemb.encoders.build import build_encoder
-    from sentemb.encoders.hicl import HiCLPooling
-    from sentemb.encoders.sarcse import SARCSEHead
+    from sentemb.encoders.heads.sarcse import SARCSEHead
+    from sentemb.encoders.poolings.hicl import HiCLPooling
 
     model = {
         "name_or_path": "unused",

@@ -22,30 +22,35 @@ from transformers import LlamaModel, PreTrainedTokenizerFast
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.hydra_plumbing import resolved_container
 from sentemb.common.paths import CONF_DIR
-from sentemb.encoders import decoders
-from sentemb.encoders import padding_free as packing
-from sentemb.encoders.backbones import tiny_bert
 from sentemb.encoders.build import build_encoder, build_part, load_checkpoint_encoder
-from sentemb.encoders.decoder_pooling import LastTokenPooling
-from sentemb.encoders.decoders import attends_forward, check_attention_direction, tiny_decoder
 from sentemb.encoders.encoder import SentenceEncoder
-from sentemb.encoders.padding_free import padding_free_states
+from sentemb.encoders.models import decoders
+from sentemb.encoders.models import padding_free as packing
+from sentemb.encoders.models.backbones import tiny_bert
+from sentemb.encoders.models.decoders import attends_forward, check_attention_direction, tiny_decoder
+from sentemb.encoders.models.families import tiny_decoder_families
+from sentemb.encoders.models.padding_free import padding_free_states
+from sentemb.encoders.poolings.decoder_poolings import LastTokenPooling
 from sentemb.losses import available
 from sentemb.training.checks import prepare_run
 from sentemb.training.module import SentembModule
 from tests.conftest import compose_train
 from tests.test_padding_free import SENTENCES
 
-FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "gemma"]
+FAMILIES = tiny_decoder_families()  # every row of the family table with a tiny model
 DIRECTIONS = {"causal": False, "bidirectional": True}
 SIDES = ["left", "right"]
 # every pooling a decoder takes (conf/pooling/), the latent one small enough for a 32-wide model
 POOLINGS = {
-    "last_token": {"_target_": "sentemb.encoders.decoder_pooling.LastTokenPooling"},
-    "mean": {"_target_": "sentemb.encoders.pooling.MeanPooling"},
-    "weighted_mean": {"_target_": "sentemb.encoders.decoder_pooling.WeightedMeanPooling"},
-    "latent": {"_target_": "sentemb.encoders.decoder_pooling.LatentAttentionPooling", "num_latents": 4, "num_heads": 2},
-    "prompt_eol": {"_target_": "sentemb.encoders.decoder_pooling.PromptEOLPooling"},
+    "last_token": {"name": "last_token"},
+    "mean": {"name": "mean"},
+    "weighted_mean": {"name": "weighted_mean"},
+    "latent": {
+        "_target_": "sentemb.encoders.poolings.decoder_poolings.LatentAttentionPooling",
+        "num_latents": 4,
+        "num_heads": 2,
+    },
+    "prompt_eol": {"name": "prompt_eol"},
 }
 ALONE = [1, 2, 4]  # the padded rows encoded alone too (the longest row has no padding under either side)
 EOS = 2  # tiny_decoder_tokenizer's </s>

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from sentemb.encoders.backbones import packaged_model_path, pretrained_tokenizer, tiny_bert
 from sentemb.encoders.encoder import SentenceEncoder
-from sentemb.encoders.pooling import CLSPooling, MeanPooling
+from sentemb.encoders.models.backbones import packaged_model_path, pretrained_tokenizer, tiny_bert
+from sentemb.encoders.poolings.encoder_poolings import CLSPooling, MeanPooling
 
 
 @pytest.fixture(scope="module")

@@ -14,14 +14,14 @@ import pytest
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-import sentemb.encoders.backbones
+import sentemb.encoders.models.backbones
 import sentemb.evaluate
 import sentemb.export
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.hydra_plumbing import compose_config
 from sentemb.common.paths import CONF_DIR
 from sentemb.data.datamodule import check_batching
-from sentemb.encoders.backbones import check_model_source
+from sentemb.encoders.models.backbones import TOKENIZER_FILES, check_model_source
 from sentemb.runs.lifecycle import run_recipe
 from sentemb.runs.sweep_check import SweepCheck, check_sweep
 from sentemb.runs.wandb_runs import check_wandb_reachable, probe_address
@@ -87,9 +87,9 @@ def test_a_folder_without_config_json_is_named_with_the_model_folder_inside_it(t
 
 def test_a_tokenizer_folder_needs_a_tokenizer_file_and_names_its_own_key(tmp_path):
     with pytest.raises(SentembConfigError, match=r"^model.tokenizer.name_or_path=.*no tokenizer_config.json or "):
-        check_model_source(str(tmp_path), "model.tokenizer.name_or_path", sentemb.encoders.backbones.TOKENIZER_FILES)
+        check_model_source(str(tmp_path), "model.tokenizer.name_or_path", TOKENIZER_FILES)
     (tmp_path / "tokenizer.json").write_text("{}")
-    check_model_source(str(tmp_path), "model.tokenizer.name_or_path", sentemb.encoders.backbones.TOKENIZER_FILES)
+    check_model_source(str(tmp_path), "model.tokenizer.name_or_path", TOKENIZER_FILES)
 
 
 def command_config(name: str, overrides: list[str]) -> DictConfig:

@@ -28,7 +28,7 @@ from huggingface_hub import try_to_load_from_cache
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
-import sentemb.encoders.backbones
+import sentemb.encoders.models.backbones
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.metric_names import DEV_SPEARMAN_BEST_LOGGED, TEST_SPEARMAN
 from sentemb.common.paths import CONF_DIR, resolve_data_root
@@ -126,7 +126,7 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)
-    monkeypatch.setattr(sentemb.encoders.backbones, "hub_reachable", lambda timeout=3.0: True)
+    monkeypatch.setattr(sentemb.encoders.models.backbones, "hub_reachable", lambda timeout=3.0: True)
 
 
 @pytest.fixture(autouse=True)
@@ -219,7 +219,7 @@ def test_option_composes_and_passes_the_pre_run_checks(group, option, batch_corp
 def test_a_hub_model_without_the_hub_is_refused_in_seconds(option, small_corpus, tmp_path, monkeypatch):
     cfg = compose_train(option_overrides("model", option, small_corpus), tmp_path)
     uncached = [name for name in hub_models(cfg) if not isinstance(try_to_load_from_cache(name, "config.json"), str)]
-    monkeypatch.setattr(sentemb.encoders.backbones, "hub_reachable", lambda timeout=3.0: False)
+    monkeypatch.setattr(sentemb.encoders.models.backbones, "hub_reachable", lambda timeout=3.0: False)
     if not uncached:  # a packaged, in-process or cached model needs no hub
         prepare_run(cfg)
         return

@@ -24,8 +24,8 @@ import torch
 from sentemb.common.errors import CheckpointNotWritten, SentembConfigError, TrainingDiverged
 from sentemb.data.corpus import CorpusReport
 from sentemb.data.datamodule import check_corpus_fills_batch
-from sentemb.encoders.backbones import pretrained_positions, tiny_bert
 from sentemb.encoders.build import check_loaded_length
+from sentemb.encoders.models.backbones import pretrained_positions, tiny_bert
 from sentemb.eval.sts import read_sts_subset, read_stsb_split
 from sentemb.runs.job_outcome import settle
 from sentemb.train import train
@@ -109,9 +109,9 @@ def test_a_packaged_models_limit_is_read_before_it_loads(tmp_path, forbid_model_
 
 def test_a_loaded_backbone_is_checked_where_its_config_was_not_stored():
     backbone = tiny_bert(max_position_embeddings=64)
-    check_loaded_length(backbone, {"backbone": {"_target_": "sentemb.encoders.backbones.tiny_bert"}}, 64)
+    check_loaded_length(backbone, {"backbone": {"_target_": "sentemb.encoders.models.backbones.tiny_bert"}}, 64)
     with pytest.raises(SentembConfigError, match=r"data.max_length=65: model tiny-bert takes at most 64 .*Fix: "):
-        check_loaded_length(backbone, {"backbone": {"_target_": "sentemb.encoders.backbones.tiny_bert"}}, 65)
+        check_loaded_length(backbone, {"backbone": {"_target_": "sentemb.encoders.models.backbones.tiny_bert"}}, 65)
 
 
 # 8. a non-finite STS gold score

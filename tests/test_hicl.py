@@ -12,11 +12,11 @@ import torch.nn.functional as F
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.metric_names import DEV_SPEARMAN_BEST_LOGGED, DEV_SPEARMAN_BEST_RESCORED
-from sentemb.encoders.backbones import packaged_model_path, pretrained_tokenizer, tiny_bert
 from sentemb.encoders.build import build_part
 from sentemb.encoders.encoder import SentenceEncoder
-from sentemb.encoders.hicl import HiCLPooling, segment_weights, slice_content
-from sentemb.encoders.pooling import CLSPooling
+from sentemb.encoders.models.backbones import packaged_model_path, pretrained_tokenizer, tiny_bert
+from sentemb.encoders.poolings.encoder_poolings import CLSPooling
+from sentemb.encoders.poolings.hicl import HiCLPooling, segment_weights, slice_content
 from tests.conftest import compose_train
 
 SENTENCES = ["A man is playing a guitar.", "The cat sat on the mat while two dogs ran around the old red house."]

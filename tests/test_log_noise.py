@@ -10,7 +10,7 @@ import pytest
 from transformers import AutoModel, BertForMaskedLM
 
 from sentemb.common.log_noise import silence_known_noise
-from sentemb.encoders.backbones import packaged_model_path
+from sentemb.encoders.models.backbones import packaged_model_path
 
 
 @pytest.fixture

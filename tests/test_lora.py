@@ -21,9 +21,9 @@ import sentemb.train
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.hydra_plumbing import compose_config, resolved_container
 from sentemb.common.paths import CONF_DIR
-from sentemb.encoders.adapters import merged
 from sentemb.encoders.build import build_encoder, load_checkpoint_encoder
-from sentemb.encoders.decoders import attends_forward, tiny_decoder, tiny_decoder_tokenizer
+from sentemb.encoders.models.adapters import merged
+from sentemb.encoders.models.decoders import attends_forward, tiny_decoder, tiny_decoder_tokenizer
 from sentemb.eval.suite import load_encoder
 from sentemb.export import export
 from sentemb.st_modules import SentembEncoder, load_adapter_folder
@@ -389,7 +389,7 @@ def test_adapter_only_without_an_adapter_checkpoint_is_refused_before_any_model_
 def test_an_exported_folders_model_entry_names_no_code(tmp_path):
     folder = tmp_path / "st"
     folder.mkdir()
-    pooling = {"_target_": "sentemb.encoders.decoder_pooling.LastTokenPooling"}
+    pooling = {"_target_": "sentemb.encoders.poolings.decoder_poolings.LastTokenPooling"}
     for model, message in [
         ({"loader": "os.system"}, "model.loader='os.system' is not one of encoder, decoder"),
         ({"loader": "decoder"}, "model.bidirectional must be true or false for a decoder"),

@@ -14,9 +14,9 @@ from transformers import DataCollatorForLanguageModeling
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.metric_names import TEST_SPEARMAN
-from sentemb.encoders.decoders import tiny_decoder, tiny_decoder_tokenizer
 from sentemb.encoders.encoder import SentenceEncoder
-from sentemb.encoders.mntp import IGNORE, LABELS, MNTPHead, mask_token_id, mask_tokens
+from sentemb.encoders.heads.mntp import IGNORE, LABELS, MNTPHead, mask_token_id, mask_tokens
+from sentemb.encoders.models.decoders import tiny_decoder, tiny_decoder_tokenizer
 from sentemb.training.checks import check_parts, prepare_run
 from sentemb.training.module import SentembModule
 from tests.conftest import compose_train

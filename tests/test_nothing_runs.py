@@ -24,9 +24,9 @@ from sentemb.common.file_values import Shape, checked, read_json, read_yaml
 from sentemb.common.hydra_plumbing import RESOLVERS, compose_config, resolved_container
 from sentemb.common.metric_names import BEST_STEP, DEV_SPEARMAN_BEST_RESCORED
 from sentemb.common.paths import CONF_DIR
-from sentemb.encoders.backbones import pretrained_backbone, tiny_bert
 from sentemb.encoders.build import load_checkpoint_encoder
-from sentemb.encoders.onnx_embedder import OnnxEncoder
+from sentemb.encoders.models.backbones import pretrained_backbone, tiny_bert
+from sentemb.encoders.serving.onnx_embedder import OnnxEncoder
 from sentemb.export import training_command
 from sentemb.runs.record import read_record, write_record
 from sentemb.st_modules import checked_modules, load_adapter_folder, read_config
@@ -167,7 +167,7 @@ def test_sentembs_loader_never_runs_a_folders_code(remote_code_folder):
 
 
 def evil_backbone(folder: Path) -> dict:
-    target = "sentemb.encoders.backbones.pretrained_backbone"
+    target = "sentemb.encoders.models.backbones.pretrained_backbone"
     return {"_target_": target, "name_or_path": str(folder), "trust_remote_code": True}
 
 
@@ -362,7 +362,11 @@ def test_the_rule_names_the_file_and_the_key(value, shape, message):
 
 
 def test_the_rule_lets_plain_values_and_declared_text_through():
-    value = {"pooling": {"_target_": "sentemb.encoders.pooling.CLSPooling"}, "overrides": ["a=${b}"], "x": [1, None]}
+    value = {
+        "pooling": {"_target_": "sentemb.encoders.pooling.CLSPooling"},
+        "overrides": ["a=${b}"],
+        "x": [1, None],
+    }
     assert checked(value, "f", Shape(targets=("pooling",), text=("overrides",))) is value
 
 
@@ -386,7 +390,12 @@ def record_reader(tmp_path: Path) -> None:
 
 
 def folder_config_reader(tmp_path: Path) -> None:
-    config = {"pooling": {"_target_": "sentemb.encoders.pooling.CLSPooling", "mlp": {"_target_": "os.system"}}}
+    config = {
+        "pooling": {
+            "_target_": "sentemb.encoders.pooling.CLSPooling",
+            "mlp": {"_target_": "os.system"},
+        }
+    }
     read_config(write_text(tmp_path / "sentemb_config.json", json.dumps({**config, "head": None})))
 
 
@@ -470,9 +479,15 @@ NOT_CONFIG = {  # files read that are not configuration, each with why the rule 
     ("sentemb/common/file_values.py", "read_json"): "the rule's own reader",
     ("sentemb/common/file_values.py", "parse_yaml"): "the rule's own reader",
     ("sentemb/common/file_values.py", "read_yaml"): "the rule's own reader",
-    ("sentemb/encoders/onnx_embedder.py", "__init__"): "the shipped loader (numpy + onnxruntime only, no sentemb): "
+    (
+        "sentemb/encoders/serving/onnx_embedder.py",
+        "__init__",
+    ): "the shipped loader (numpy + onnxruntime only, no sentemb): "
     "its recipe passes the rule in eval.suite.onnx_artefact first, and it refuses graphs outside its folder itself",
-    ("sentemb/encoders/sarcse.py", "corpus_token_frequency"): "a tensor cache, read with torch.load(weights_only=True)",
+    (
+        "sentemb/encoders/heads/sarcse.py",
+        "corpus_token_frequency",
+    ): "a tensor cache, read with torch.load(weights_only=True)",
     ("sentemb/training/checkpoints.py", "load_checkpoint"): "Lightning's resume of a checkpoint read_checkpoint "
     "checked first, weights_only as Lightning passes it (True from sentemb.train)",
     ("sentemb/runs/offline_wandb.py", "config_and_history"): "W&B's own log, read for analysis (notebooks, tests); "
@@ -480,7 +495,10 @@ NOT_CONFIG = {  # files read that are not configuration, each with why the rule 
     ("sentemb/runs/offline_wandb.py", "summary"): "W&B's own log, read for analysis",
     ("sentemb/losses/registry.py", "loss_config"): "conf/loss/, the package's own configuration",
     ("sentemb/common/config_fields.py", "options_with"): "conf/, the package's own configuration",
-    ("sentemb/encoders/backbones.py", "trained_byte_bpe"): "the packaged MiniLM's vocab.txt, words for a tokenizer",
+    (
+        "sentemb/encoders/models/backbones.py",
+        "trained_byte_bpe",
+    ): "the packaged MiniLM's vocab.txt, words for a tokenizer",
     ("sentemb/eval/sts.py", "read_sts_subset"): "SentEval's data: its own reader checks every line (file:line)",
     ("sentemb/eval/transfer.py", "_lines"): "SentEval's data: sentences and labels, checked by its reader",
     ("sentemb/common/folder_lock.py", "read_holder"): "a lock's holder (host, PID), shown in a refusal only",

@@ -20,9 +20,9 @@ import yaml
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.hydra_plumbing import compose_config
 from sentemb.encoders.build import build_encoder
-from sentemb.encoders.onnx_embedder import OnnxEncoder
-from sentemb.encoders.onnx_graph import write_onnx_folder
-from sentemb.encoders.prompt import real_ids
+from sentemb.encoders.poolings.templates import real_ids
+from sentemb.encoders.serving.onnx_embedder import OnnxEncoder
+from sentemb.encoders.serving.onnx_graph import write_onnx_folder
 from sentemb.eval.suite import evaluate
 from sentemb.export import export
 from tests.conftest import CONF_DIR
@@ -176,7 +176,7 @@ def test_what_cannot_be_exported_is_refused_before_any_model_loads(overrides, me
 
 
 def test_a_failed_export_leaves_its_folder_empty_so_the_command_can_run_again(tmp_path, monkeypatch):
-    import sentemb.encoders.onnx_graph as onnx_graph
+    import sentemb.encoders.serving.onnx_graph as onnx_graph
 
     def failing_export(*args, **kwargs):
         raise RuntimeError("the exporter failed")

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from sentemb.encoders import padding_free as packing
 from sentemb.encoders.build import build_encoder
-from sentemb.encoders.padding_free import PackedRows
+from sentemb.encoders.models import padding_free as packing
+from sentemb.encoders.models.padding_free import PackedRows
 from sentemb.training.module import SentembModule
 from tests.conftest import compose_train
 from tests.parts import CLS, PARTS, TINY_BERT, TINY_ROBERTA
@@ -158,7 +158,7 @@ def test_an_unsupported_backbone_falls_back_to_padded_batches_and_says_so(caplog
         "backbone": {"name": name},
         "tokenizer": BACKBONES["bert"]["tokenizer"],
     }
-    with caplog.at_level(logging.INFO, logger="sentemb.encoders.padding_free"):
+    with caplog.at_level(logging.INFO, logger="sentemb.encoders.models.padding_free"):
         encoder = build_encoder(model, CLS)
     assert type(encoder.backbone).__name__ == "DistilBertModel" and not encoder.padding_free
     assert "padding-free encoding is off for DistilBertModel" in caplog.text and "batches stay padded" in caplog.text

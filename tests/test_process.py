@@ -30,11 +30,17 @@ PROCESS_WIDE_FLAGS = {
     "torch.utils.deterministic": {"sentemb.training.trainer": "beside the deterministic mode its Trainer switches on"}
 }
 # module-level calls (run on import) → why they cannot wait for configure_process
+PACKING = "sentemb.encoders.models.padding_free"
 AT_IMPORT = {
     ("sentemb.common.hydra_plumbing", "register_resolvers()"): "Hydra resolves hydra.run.dir before main runs",
-    ("sentemb.encoders.padding_free", "AttentionInterface.register(ATTENTION, packed_attention)"): "every process "
-    "holding a padding-free backbone imports this module (a DDP rank that only unpickles one too)",
-    ("sentemb.encoders.padding_free", "AttentionMaskInterface.register(ATTENTION, sdpa_mask)"): "as the line above",
+    (
+        "sentemb.encoders.models.padding_free",
+        "AttentionInterface.register(ATTENTION, packed_attention)",
+    ): "every process holding a padding-free backbone imports this module (a DDP rank that only unpickles one too)",
+    (
+        "sentemb.encoders.models.padding_free",
+        "AttentionMaskInterface.register(ATTENTION, sdpa_mask)",
+    ): "as the line above",
     ("sentemb.losses", "import_parts(__name__, __path__)"): "a package's parts register when it is imported "
     "(common/parts.py), so a new module is found without a list to edit",
 }

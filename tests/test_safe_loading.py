@@ -125,7 +125,10 @@ def test_an_exported_folders_json_naming_code_is_refused_before_anything_loads(t
     payload = tmp_path / "pwned"
     folder = tmp_path / "st"
     folder.mkdir()
-    pooling = {"_target_": "sentemb.encoders.pooling.PromptPooling", "mlp": {"_target_": "os.makedirs", "name": "x"}}
+    pooling = {
+        "_target_": "sentemb.encoders.pooling.PromptPooling",
+        "mlp": {"_target_": "os.makedirs", "name": "x"},
+    }
     (folder / "sentemb_config.json").write_text(json.dumps({"pooling": pooling, "head": None}))
     with pytest.raises(SentembConfigError) as err:
         SentembEncoder.load(str(folder))

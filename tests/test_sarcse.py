@@ -10,8 +10,8 @@ import torch
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.metric_names import DEV_SPEARMAN_BEST_LOGGED, DEV_SPEARMAN_BEST_RESCORED
-from sentemb.encoders.backbones import packaged_model_path, pretrained_tokenizer, tiny_bert
-from sentemb.encoders.sarcse import SARCSEHead, corpus_token_frequency
+from sentemb.encoders.heads.sarcse import SARCSEHead, corpus_token_frequency
+from sentemb.encoders.models.backbones import packaged_model_path, pretrained_tokenizer, tiny_bert
 from tests.conftest import compose_train
 
 

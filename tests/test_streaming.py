@@ -21,7 +21,7 @@ from sentemb.common.metric_names import (
 from sentemb.data.corpus import HEAD_LINES, check_corpus
 from sentemb.data.datamodule import UnsupervisedTextDataModule
 from sentemb.data.streaming import ShuffledLineStream, StreamPosition
-from sentemb.encoders.backbones import packaged_model_path, pretrained_tokenizer
+from sentemb.encoders.models.backbones import packaged_model_path, pretrained_tokenizer
 from sentemb.training.checks import prepare_run
 from tests.conftest import compose_train
 from tests.test_resume import StopAfter, logged

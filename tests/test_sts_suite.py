@@ -124,9 +124,9 @@ def test_bad_checkpoint_path(tmp_path):
 
 
 def test_evaluate_reads_data_before_loading_the_model(tmp_path, monkeypatch):
-    import sentemb.encoders.backbones
+    import sentemb.encoders.models.backbones
 
-    monkeypatch.setattr(sentemb.encoders.backbones, "tiny_bert", lambda **_: pytest.fail("model loaded first"))
+    monkeypatch.setattr(sentemb.encoders.models.backbones, "tiny_bert", lambda **_: pytest.fail("model loaded first"))
     with pytest.raises(SentembConfigError, match="does not exist"):
         evaluate(compose_eval(["model=tiny", "tasks=STS12", f"paths.data_dir={tmp_path}"]), tmp_path / "out")
 
@@ -149,8 +149,8 @@ def test_figure_and_wandb_attachment(tmp_path, monkeypatch):
 
 
 def test_unknown_transfer_mode_fails_before_the_model(tmp_path, monkeypatch):
-    import sentemb.encoders.backbones
+    import sentemb.encoders.models.backbones
 
-    monkeypatch.setattr(sentemb.encoders.backbones, "tiny_bert", lambda **_: pytest.fail("model loaded first"))
+    monkeypatch.setattr(sentemb.encoders.models.backbones, "tiny_bert", lambda **_: pytest.fail("model loaded first"))
     with pytest.raises(SentembConfigError, match="mode='quick'"):
         evaluate(compose_eval(["model=tiny", "tasks=[TREC]", "mode=quick"]), tmp_path)

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 # name in conf/ (${name:...}) → the function that computes it
 RESOLVERS = {
-    "packaged_model": "sentemb.encoders.backbones.packaged_model_path",
+    "packaged_model": "sentemb.encoders.models.backbones.packaged_model_path",
     "wandb_mode": "sentemb.common.wandb_mode.wandb_mode",
     "wandb_run_name": "sentemb.runs.wandb_runs.wandb_run_name",
     "wandb_run_group": "sentemb.runs.wandb_runs.wandb_run_group",

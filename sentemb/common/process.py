@@ -11,7 +11,7 @@ benchmark) needs them without any command:
 
 - the resolvers conf/ uses: registered when sentemb.common.hydra_plumbing is imported, as Hydra
   resolves `hydra.run.dir` before a command's `main` runs;
-- the padding-free attention: registered when sentemb.encoders.padding_free is imported, so every
+- the padding-free attention: registered when sentemb.encoders.models.padding_free is imported, so every
   process that holds such a backbone has it (a DDP rank that only unpickles one included);
 - `torch.utils.deterministic.fill_uninitialized_memory = False`: set by
   sentemb.training.trainer.build_trainer beside the deterministic mode its Trainer switches on.

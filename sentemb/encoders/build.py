@@ -14,14 +14,11 @@ from typing import Any
 
 import torch
 
-import sentemb.encoders.pooling  # noqa: F401 (its parts register)
 import sentemb.losses  # noqa: F401 (the losses register, for checkpoints' `loss` configs)
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.hydra_plumbing import resolved_container
 from sentemb.common.parts import DECODERS, Part, lookup, names
-from sentemb.encoders import backbones, decoder_pooling, decoders, hicl, mntp, sarcse  # noqa: F401 (register)
-from sentemb.encoders.adapters import base_fingerprint, base_model, check_adapter, is_adapted, merged, with_adapter
-from sentemb.encoders.backbones import check_backbone_options, freeze_all_but_top_layers, usable_positions
+from sentemb.encoders import heads, models, poolings  # noqa: F401 (importing a package registers its parts)
 from sentemb.encoders.checkpoint import (
     check_checkpoint_serves,
     current_part,
@@ -29,8 +26,17 @@ from sentemb.encoders.checkpoint import (
     model_label,
     read_checkpoint,
 )
-from sentemb.encoders.decoders import check_attention_direction, check_decoder_options
 from sentemb.encoders.encoder import SentenceEncoder
+from sentemb.encoders.models.adapters import (
+    base_fingerprint,
+    base_model,
+    check_adapter,
+    is_adapted,
+    merged,
+    with_adapter,
+)
+from sentemb.encoders.models.backbones import check_backbone_options, freeze_all_but_top_layers, usable_positions
+from sentemb.encoders.models.decoders import check_attention_direction, check_decoder_options
 
 
 def plain_value(value: Any) -> bool:

@@ -14,16 +14,16 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from sentemb.encoders.decoders import is_decoder
-from sentemb.encoders.padding_free import enable_padding_free, padding_free_states, position_ids, worth_packing
-from sentemb.encoders.pooling import Pooling, TrainingViews
+from sentemb.encoders.models.decoders import is_decoder
+from sentemb.encoders.models.padding_free import enable_padding_free, padding_free_states, position_ids, worth_packing
+from sentemb.encoders.poolings.base import Pooling, TrainingViews
 
 BACKBONE_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 class SentenceEncoder(nn.Module):
-    """`padding_free` (model.padding_free): the backbone computes only real tokens (encoders/padding_free.py) where
-    it is a BERT or RoBERTa; other backbones keep padded batches (one log line says so)."""
+    """`padding_free` (model.padding_free): the backbone computes only real tokens (encoders/models/padding_free.py)
+    where its family packs (encoders/models/families.py); other backbones keep padded batches (one log line says so)."""
 
     def __init__(
         self,

@@ -23,7 +23,7 @@ from sentemb.common.wandb_mode import wandb_mode
 from sentemb.encoders.build import build_encoder, check_checkpoint_parts, encoder_from_checkpoint
 from sentemb.encoders.checkpoint import model_label, read_checkpoint
 from sentemb.encoders.encoder import SentenceEncoder
-from sentemb.encoders.onnx_embedder import RECIPE, OnnxEncoder
+from sentemb.encoders.serving.onnx_embedder import RECIPE, OnnxEncoder
 from sentemb.eval.cache import EmbeddingCache
 from sentemb.eval.figures import similarity_density_figure
 from sentemb.eval.geometry import alignment_uniformity

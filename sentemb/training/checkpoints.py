@@ -47,9 +47,9 @@ from torch import nn
 from sentemb.common.errors import CheckpointNotWritten, Preempted, SentembConfigError
 from sentemb.common.hydra_plumbing import resolved_container
 from sentemb.common.metric_names import DEV_SPEARMAN
-from sentemb.encoders.adapters import base_fingerprint
 from sentemb.encoders.build import check_base_fingerprint, check_checkpoint_parts
 from sentemb.encoders.checkpoint import model_label, read_checkpoint
+from sentemb.encoders.models.adapters import base_fingerprint
 from sentemb.training.callbacks import STSBDevEvaluation
 from sentemb.training.distributed import world_size
 

@@ -21,8 +21,6 @@ from sentemb.common.paths import resolve_data_root
 from sentemb.data.corpus import CorpusReport, check_corpus
 from sentemb.data.datamodule import check_batching, check_corpus_fills_batch
 from sentemb.data.streaming import check_streaming
-from sentemb.encoders.adapters import check_adapter
-from sentemb.encoders.backbones import check_model
 from sentemb.encoders.build import (
     attach_head,
     build_part,
@@ -31,7 +29,9 @@ from sentemb.encoders.build import (
     is_decoder_config,
     part_entry,
 )
-from sentemb.encoders.decoders import check_decoder_options, warn_without_dropout
+from sentemb.encoders.models.adapters import check_adapter
+from sentemb.encoders.models.backbones import check_model
+from sentemb.encoders.models.decoders import check_decoder_options, warn_without_dropout
 from sentemb.training.callbacks import check_every_n_steps
 from sentemb.training.checkpoints import check_checkpoint_path
 from sentemb.training.grad_cache import check_grad_cache

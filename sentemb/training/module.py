@@ -22,10 +22,10 @@ from omegaconf import DictConfig
 
 from sentemb.common.errors import SentembConfigError, TrainingDiverged
 from sentemb.common.hydra_plumbing import resolved_container
-from sentemb.encoders.adapters import is_adapted
 from sentemb.encoders.build import build_encoder, build_part, checked_part
 from sentemb.encoders.checkpoint import read_checkpoint
-from sentemb.encoders.pooling import TrainingViews
+from sentemb.encoders.models.adapters import is_adapted
+from sentemb.encoders.poolings.base import TrainingViews
 from sentemb.losses import LossOutput
 from sentemb.losses.base import LazyStats
 from sentemb.training.checkpoints import CheckpointContents

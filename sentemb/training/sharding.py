@@ -32,7 +32,7 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 from torch import nn
 
 from sentemb.common.errors import SentembConfigError
-from sentemb.encoders.adapters import base_model
+from sentemb.encoders.models.adapters import base_model
 from sentemb.training.checkpoints import GatheredCheckpoints
 
 # this strategy's class path in conf/trainer/fsdp.yaml (trainer.strategy._target_)
@@ -117,7 +117,7 @@ def transformer_layers(backbone: nn.Module) -> nn.ModuleList:
         layers = getattr(getattr(model, "encoder", None), "layer", None)
     if not isinstance(layers, nn.ModuleList):
         raise SentembConfigError(
-            f"trainer=fsdp: {type(model).__name__} has neither .layers (Llama, Mistral, Qwen, Gemma) nor "
+            f"trainer=fsdp: {type(model).__name__} has neither .layers (the decoder families) nor "
             ".encoder.layer (BERT, RoBERTa), so its transformer layers cannot be sharded one by one. "
             "Fix: trainer=ddp, or one of those model families"
         )

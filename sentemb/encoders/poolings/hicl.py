@@ -28,8 +28,15 @@ from transformers import PreTrainedTokenizerBase
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.parts import ENCODERS, part
-from sentemb.encoders.pooling import CLSPooling, Pooling, PromptPooling, TrainingViews, refuse_head
-from sentemb.encoders.prompt import PROMPTBERT_TEMPLATE, TokenTemplate, check_template, model_max_length, rebatch
+from sentemb.encoders.poolings.base import Pooling, TrainingViews, refuse_head
+from sentemb.encoders.poolings.encoder_poolings import CLSPooling, PromptPooling
+from sentemb.encoders.poolings.templates import (
+    PROMPTBERT_TEMPLATE,
+    TokenTemplate,
+    check_template,
+    model_max_length,
+    rebatch,
+)
 
 
 def slice_content(content: list[int], slice_len: int) -> list[list[int]]:

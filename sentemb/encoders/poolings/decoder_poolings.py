@@ -24,9 +24,9 @@ from transformers import PreTrainedTokenizerBase
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.parts import part
-from sentemb.encoders.onnx_embedder import prepared_rows
-from sentemb.encoders.pooling import Pooling
-from sentemb.encoders.prompt import check_room, model_max_length, real_ids
+from sentemb.encoders.poolings.base import Pooling
+from sentemb.encoders.poolings.templates import check_room, model_max_length, real_ids
+from sentemb.encoders.serving.onnx_embedder import prepared_rows
 
 PROMPTEOL_TEMPLATE = 'This sentence : "[X]" means in one word:"'
 
@@ -167,7 +167,7 @@ class PromptEOLPooling(DecoderPooling):
         self.max_length = max_length
 
     def serving_rows(self, tokenizer: PreTrainedTokenizerBase) -> dict[str, Any]:
-        """The template's pieces: what the tokenizer puts before any text (Llama's <s>, Qwen nothing), the text
+        """The template's pieces: what the tokenizer puts before any text (a BOS token, or nothing), the text
         before and after [X], the special tokens stripped from the sentence, and the length it is cut to fit."""
         before, after = (tokenizer(part, add_special_tokens=False)["input_ids"] for part in self.template.split("[X]"))
         start = tokenizer("")["input_ids"]

@@ -1,4 +1,4 @@
-"""Decoder LLMs (the decoder families of encoders/families.py) as sentence encoders.
+"""Decoder LLMs (the decoder families of encoders/models/families.py) as sentence encoders.
 
 Bidirectional attention is transformers' own switch: a decoder config's `is_causal=False` makes
 the model build a bidirectional mask (transformers >= 5.2), so no model class is re-implemented.
@@ -20,14 +20,14 @@ from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, PreTrained
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.parts import DECODERS, part
-from sentemb.encoders.backbones import (
+from sentemb.encoders.models.backbones import (
     NO_REMOTE_CODE,
     _offline_if_unreachable,
     check_model_source,
     pretrained_positions,
     trained_byte_bpe,
 )
-from sentemb.encoders.families import FAMILIES, family_of, tiny_family
+from sentemb.encoders.models.families import DEFAULT_TINY_FAMILY, decoder_families, family_of, tiny_family
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ def tiny_decoder_positions(**_: object) -> int:
 
 @part("model.backbone", "tiny_decoder", serves=DECODERS, positions=tiny_decoder_positions)
 def tiny_decoder(
-    family: str = "llama",
+    family: str = DEFAULT_TINY_FAMILY,
     hidden_size: int = 32,
     num_hidden_layers: int = 2,
     num_attention_heads: int = 2,
@@ -98,11 +98,11 @@ def tiny_decoder(
 
 
 @part("model.tokenizer", "tiny_decoder_tokenizer", serves=DECODERS)
-def tiny_decoder_tokenizer(family: str = "llama") -> PreTrainedTokenizerBase:
+def tiny_decoder_tokenizer(family: str = DEFAULT_TINY_FAMILY) -> PreTrainedTokenizerBase:
     """A byte-level BPE tokenizer trained in-process (deterministic, < 1 s), the size of `tiny_decoder`'s vocabulary.
 
-    Like the real families' tokenizers it appends no EOS; Llama and Mistral put <s> first, Qwen and Gemma-free
-    families nothing. No mask token (decoders have none).
+    Like the real families' tokenizers it appends no EOS; it puts <s> first where the family's own tokenizer does
+    (families.py: bos_first). No mask token (decoders have none).
     """
     from tokenizers.processors import TemplateProcessing
     from transformers import PreTrainedTokenizerFast
@@ -131,8 +131,8 @@ def pretrained_decoder(
 ) -> PreTrainedModel:
     """A Hugging Face decoder (hub name or folder) through AutoModel, with `is_causal` and the attention dropout set.
 
-    `attn_implementation` (null: transformers' choice; Gemma-2 needs eager); `torch_dtype` e.g. bfloat16 to load a
-    7B model in half the memory; `with_lm_head`: the causal-LM model (for the MNTP head).
+    `attn_implementation` (null: transformers' choice; eager_only families need eager); `torch_dtype` e.g. bfloat16
+    to load a 7B model in half the memory; `with_lm_head`: the causal-LM model (for the MNTP head).
     """
     check_model_source(name_or_path)
     check_attention_options(attn_implementation, torch_dtype)
@@ -172,8 +172,8 @@ def check_attention_options(attn_implementation: str | None, torch_dtype: str | 
 
 @part("model.tokenizer", "pretrained_decoder_tokenizer", serves=DECODERS)
 def pretrained_decoder_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
-    """The decoder's own tokenizer; a missing pad token becomes EOS (Llama and Mistral ship none)."""
-    from sentemb.encoders.backbones import pretrained_tokenizer
+    """The decoder's own tokenizer; a missing pad token becomes EOS (several families ship none)."""
+    from sentemb.encoders.models.backbones import pretrained_tokenizer
 
     tokenizer = pretrained_tokenizer(name_or_path)
     if tokenizer.pad_token is None:
@@ -206,7 +206,7 @@ def check_attention_direction(backbone: PreTrainedModel, bidirectional: bool) ->
         raise SentembConfigError(
             f"model.bidirectional=true: {name} ignores transformers' is_causal=False (a later token did not change "
             f"an earlier token's state), so it would train causally. Fix: model.bidirectional=false, or a model "
-            f"class that builds its mask with transformers' create_causal_mask (e.g. {', '.join(tiny_decoder_names())})"
+            f"class that builds its mask with transformers' create_causal_mask (e.g. {', '.join(decoder_families())})"
         )
     raise SentembConfigError(
         f"model.bidirectional=false: {name} attends to later tokens (it is not a causal decoder). "
@@ -219,11 +219,6 @@ def is_decoder(backbone: PreTrainedModel) -> bool:
     switch these loaders set)."""
     row = family_of(backbone.config)
     return row.decoder if row is not None else hasattr(backbone.config, "is_causal")
-
-
-def tiny_decoder_names() -> list[str]:
-    """The decoder families of the table, for messages."""
-    return [name for name, row in FAMILIES.items() if row.decoder]
 
 
 def check_decoder_options(model: dict) -> None:

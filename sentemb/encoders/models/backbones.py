@@ -29,7 +29,7 @@ from transformers import (
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.parts import ENCODERS, part
-from sentemb.encoders.families import family_of
+from sentemb.encoders.models.families import family_of
 
 
 def packaged_model_path(package: str) -> str:

@@ -37,7 +37,7 @@ from transformers import PreTrainedTokenizerBase
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.parts import ENCODERS, part
-from sentemb.encoders.pooling import Pooling
+from sentemb.encoders.poolings.base import Pooling
 
 log = logging.getLogger(__name__)
 KERNELS = (3, 4, 5)

@@ -21,10 +21,10 @@ import torch
 from torch import nn
 
 from sentemb.common.errors import SentembConfigError
-from sentemb.encoders import onnx_embedder
 from sentemb.encoders.build import part_entry
 from sentemb.encoders.encoder import SentenceEncoder
-from sentemb.encoders.onnx_embedder import FORMAT, RECIPE
+from sentemb.encoders.serving import onnx_embedder
+from sentemb.encoders.serving.onnx_embedder import FORMAT, RECIPE
 
 GRAPH_OUTPUTS = ("sentence_embedding", "last_hidden_state")  # the second is what sentence-transformers' ONNX reads
 # protobuf's 2 GB limit on one file: larger graphs keep their weights in a `.data` file beside them

@@ -1,6 +1,6 @@
 """Padding-free encoding: the backbone's linear layers see only a batch's real tokens.
 
-A padded batch (B, L) of a family that packs (encoders/families.py) is packed into one row of its T real tokens
+A padded batch (B, L) of a family that packs (encoders/models/families.py) is packed into one row of its T real tokens
 (`input_ids` (1, T), `position_ids` restarting at every sentence, as transformers'
 `DataCollatorWithFlattening` builds them). Embeddings, Q/K/V, output projections and
 feed-forward layers (nearly all of an encoder's FLOPs at SimCSE's lengths) then run on T rows
@@ -28,7 +28,7 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from sentemb.encoders.families import family_of
+from sentemb.encoders.models.families import family_of
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ def unsupported_reason(backbone: PreTrainedModel) -> str | None:
     family = family_of(backbone.config)
     if family is None or not family.padding_free:  # the position ids written here: from 0, or RoBERTa's offset
         model_type = getattr(backbone.config, "model_type", None)
-        return f"model_type {model_type!r} is not a family that packs (encoders/families.py: padding_free)"
+        return f"model_type {model_type!r} is not a family that packs (encoders/models/families.py: padding_free)"
     if not backbone._can_set_attn_implementation():
         return f"{type(backbone).__name__} does not route attention through transformers' AttentionInterface"
     if backbone.config._attn_implementation not in REPLACEABLE_ATTENTION:

@@ -29,7 +29,7 @@ from transformers import PreTrainedTokenizerBase
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.parts import DECODERS, TRAINS_ONLY, part
-from sentemb.encoders.pooling import AroundPooling, Pooling, TrainingViews
+from sentemb.encoders.poolings.base import AroundPooling, Pooling, TrainingViews
 
 IGNORE = -100  # transformers' label for "not scored"
 LABELS = "mntp_labels"  # the prepared batch's key: each row's original token where it is scored, else IGNORE

@@ -29,6 +29,7 @@ class Family:
 
 
 FAMILIES: dict[str, Family] = {}
+DEFAULT_TINY_FAMILY = "llama"  # a tiny decoder's family when its config names none
 
 
 def register_family(family: Family) -> Family:
@@ -65,6 +66,11 @@ def tiny_family(name: str) -> Family:
         known = ", ".join(tiny_decoder_families())
         raise SentembConfigError(f"model.backbone.family={name!r} is not one of {known}. Fix: e.g. family: llama")
     return row
+
+
+def decoder_families() -> list[str]:
+    """Every decoder family of the table (for messages)."""
+    return [name for name, row in FAMILIES.items() if row.decoder]
 
 
 def tiny_decoder_families() -> list[str]:

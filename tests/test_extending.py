@@ -1,0 +1,213 @@
+"""Adding a part takes its class (with its `@part` declaration), its conf/ yaml and a docs row (docs/layout.md,
+"Adding a part"), and nothing else: no table to edit, no checkpoint code to touch.
+
+Each test follows those steps from this module: the class is declared here (registered for the test only), its yaml
+goes into a conf folder of the test's own (Hydra's searchpath), and then the part trains a step through the real
+Trainer, resumes exactly from the last.ckpt of a stopped run, and exports (or is refused with the reason it declared).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import Olmo2Config
+
+import sentemb.train
+from sentemb.common import parts
+from sentemb.common.errors import SentembConfigError
+from sentemb.common.parts import ENCODERS, TRAINS_ONLY, part
+from sentemb.encoders.build import load_checkpoint_encoder
+from sentemb.encoders.models import families
+from sentemb.encoders.models.families import Family, register_family
+from sentemb.encoders.poolings.base import AroundPooling, Pooling, TrainingViews
+from sentemb.export import export
+from sentemb.losses import LossOutput, Objective
+from sentemb.st_modules import load_exported_folder
+from sentemb.training.checks import check_parts
+from tests.conftest import compose_train
+from tests.test_export import compose_export
+from tests.test_train import run
+
+SENTENCES = ["A man is playing a guitar.", "Two dogs run on the beach.", "The stock market fell sharply today."]
+
+
+# ---------------------------------------------------------------------------------------------- the new parts
+class AlignUniform(Objective):
+    """A loss of the test's own: alignment of the positives plus log-mean-exp uniformity (Wang & Isola 2020)."""
+
+    def __init__(self, t: float = 2.0) -> None:
+        super().__init__()
+        self.t = t
+
+    def forward(self, z1: torch.Tensor, z2: torch.Tensor) -> LossOutput:
+        h1, h2 = F.normalize(z1.float(), dim=-1), F.normalize(z2.float(), dim=-1)
+        align = (h1 - h2).pow(2).sum(-1).mean()
+        uniform = torch.pdist(h1).pow(2).mul(-self.t).exp().mean().clamp_min(1e-12).log()
+        return LossOutput(align + uniform, {})
+
+
+class MaxPooling(Pooling):
+    """The element-wise maximum of the real tokens' states."""
+
+    graph_refusal = "pooling=max is not exported as an ONNX graph. Fix: format=sentence-transformers"
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+
+    def forward(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor], train_head: bool = False) -> torch.Tensor:
+        real = batch["attention_mask"].unsqueeze(-1).bool()
+        return hidden.masked_fill(~real, torch.finfo(hidden.dtype).min).amax(dim=1)
+
+
+class MemoryHead(AroundPooling):
+    """A head with state that checkpoints must hold: the last batch's view-1 vectors (a persistent buffer) and the
+    steps seen (torch's extra state); its auxiliary term pushes this batch away from the remembered one."""
+
+    def __init__(self, hidden_size: int, special_ids: list[int], weight: float = 0.5, size: int = 8) -> None:
+        super().__init__()
+        self.weight = weight
+        self.register_buffer("memory", torch.zeros(size, hidden_size))
+        self.steps = 0
+
+    def get_extra_state(self) -> dict[str, int]:
+        return {"steps": self.steps}
+
+    def set_extra_state(self, state: dict[str, int]) -> None:
+        self.steps = int(state["steps"])
+
+    def training_views(self, rows: dict[str, torch.Tensor], batch: dict[str, torch.Tensor], n: int) -> TrainingViews:
+        views = super().training_views(rows, batch, n)
+        if self.steps:  # nothing remembered before the first step
+            term = F.cosine_similarity(views.z1.unsqueeze(1), self.memory.unsqueeze(0), dim=-1).mean()
+            views.auxiliary["memory"] = (self.weight, term)
+        with torch.no_grad():
+            self.memory.copy_(views.z1[: len(self.memory)].detach())
+        self.steps += 1
+        return views
+
+
+@pytest.fixture
+def conf_dir(tmp_path: Path) -> Path:
+    """The test's own conf/ (what a part's yaml adds to the repo's), on Hydra's searchpath."""
+    folder = tmp_path / "conf"
+    for group in ("loss", "pooling", "head", "model"):
+        (folder / group).mkdir(parents=True)
+    return folder
+
+
+@pytest.fixture
+def declared(monkeypatch):
+    """The test's parts, declared as a module of sentemb declares them, for this test only."""
+    monkeypatch.setattr(parts, "REGISTRY", {kind: dict(entries) for kind, entries in parts.REGISTRY.items()})
+    monkeypatch.setattr(families, "FAMILIES", dict(families.FAMILIES))
+    part("loss", "align_uniform")(AlignUniform)
+    part(
+        "pooling", "max", serves=ENCODERS, why_not="a decoder's padding side puts pads first, which max does not skip"
+    )(MaxPooling)
+    part("head", "memory", export=TRAINS_ONLY)(MemoryHead)
+    register_family(Family("olmo2", decoder=True, config_class=Olmo2Config, padding_side="left"))
+
+
+class KeepLastAfterFirstStep(L.Callback):
+    """What a job killed after step 1 leaves behind: its last.ckpt of that step, copied to `path` as step 2 starts."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args) -> None:
+        if trainer.global_step == 1:
+            self.path.parent.mkdir(parents=True)
+            shutil.copyfile(Path(trainer.default_root_dir) / "checkpoints" / "last.ckpt", self.path)
+
+
+def train_and_resume(overrides: list[str], tmp_path: Path, monkeypatch) -> tuple[dict, dict, dict]:
+    """A 2-step run, and its last.ckpt of step 1 resumed to step 2: (the run's metrics, both step-2 last.ckpt)."""
+    stopped = tmp_path / "stopped" / "checkpoints" / "last.ckpt"
+    build_trainer = sentemb.train.build_trainer
+    with monkeypatch.context() as patch:
+        patch.setattr(
+            sentemb.train,
+            "build_trainer",
+            lambda cfg, extra_callbacks=(): build_trainer(cfg, [*extra_callbacks, KeepLastAfterFirstStep(stopped)]),
+        )
+        full = run(overrides, tmp_path / "full")
+    run([*overrides, f"ckpt_path={stopped}"], tmp_path / "resumed")  # writes on beside the checkpoint it resumed
+    saved = [torch.load(path, weights_only=True) for path in (tmp_path / "full" / "checkpoints" / "last.ckpt", stopped)]
+    assert saved[0]["global_step"] == saved[1]["global_step"] == 2
+    return full, saved[0], saved[1]
+
+
+def assert_resumed_exactly(full: dict, resumed: dict) -> None:
+    """Same computation on the same machine: bit for bit (the weights, the optimizer, every part's state)."""
+    assert full["state_dict"].keys() == resumed["state_dict"].keys()
+    for key, value in full["state_dict"].items():
+        other = resumed["state_dict"][key]
+        assert torch.equal(value, other) if torch.is_tensor(value) else value == other, key
+
+
+def assert_exports(metrics: dict, tmp_path: Path) -> None:
+    """The best checkpoint exports to a folder that embeds as the checkpoint's encoder does."""
+    folder = export(compose_export([f"checkpoint={metrics['best_checkpoint']}", f"out={tmp_path / 'st'}"]))
+    ours = load_checkpoint_encoder(metrics["best_checkpoint"])[0].encode(SENTENCES)
+    theirs = load_exported_folder(folder).encode(SENTENCES)
+    # sentence-transformers batches and pads its own way: float32 rounding differs in the last bits
+    np.testing.assert_allclose(theirs, np.asarray(ours), rtol=1e-5, atol=1e-5)
+
+
+@pytest.fixture
+def overrides(tiny_overrides, small_stsb, conf_dir, declared) -> list[str]:
+    return [
+        *tiny_overrides,
+        f"hydra.searchpath=[file://{conf_dir}]",
+        f"eval.stsb_dir={small_stsb}",
+        "trainer.max_steps=2",
+        "eval.every_n_steps=1",
+    ]
+
+
+# ---------------------------------------------------------------------------------------------- the four additions
+def test_a_new_loss(overrides, conf_dir, tmp_path, monkeypatch):
+    (conf_dir / "loss" / "align_uniform.yaml").write_text("name: align_uniform\nt: 2.0\n")
+    full, saved, resumed = train_and_resume([*overrides, "loss=align_uniform"], tmp_path, monkeypatch)
+    assert saved["hyper_parameters"]["loss"] == {"name": "align_uniform", "t": 2.0}
+    assert_resumed_exactly(saved, resumed)
+    assert_exports(full, tmp_path)
+
+
+def test_a_new_pooling_with_a_decoder_refusal(overrides, conf_dir, tmp_path, monkeypatch):
+    (conf_dir / "pooling" / "max.yaml").write_text("name: max\n")
+    with pytest.raises(SentembConfigError, match=r"pooling=max with model=tiny-llama, a decoder LLM: a decoder's pad"):
+        check_parts(compose_train([*overrides, "model=tiny-llama", "pooling=max"], tmp_path))
+    full, saved, resumed = train_and_resume([*overrides, "pooling=max"], tmp_path, monkeypatch)
+    assert_resumed_exactly(saved, resumed)
+    assert_exports(full, tmp_path)
+    onnx = compose_export([f"checkpoint={full['best_checkpoint']}", f"out={tmp_path / 'onnx'}", "format=onnx"])
+    with pytest.raises(SentembConfigError, match="pooling=max is not exported as an ONNX graph"):
+        export(onnx)
+
+
+def test_a_new_head_whose_state_survives_a_resume(overrides, conf_dir, tmp_path, monkeypatch):
+    (conf_dir / "head" / "memory.yaml").write_text("name: memory\nweight: 0.5\n")
+    full, saved, resumed = train_and_resume([*overrides, "pooling=mean", "head=memory"], tmp_path, monkeypatch)
+    state = saved["state_dict"]
+    assert state["encoder.pooling._extra_state"] == {"steps": 2} and state["encoder.pooling.memory"].abs().sum() > 0
+    assert_resumed_exactly(saved, resumed)  # the memory the second step read came back from the checkpoint
+    assert_exports(full, tmp_path)  # export=TRAINS_ONLY: the folder embeds with the pooling inside
+
+
+def test_a_new_decoder_family(overrides, conf_dir, tmp_path, monkeypatch):
+    tiny_llama = (Path(sentemb.train.CONF_DIR) / "model" / "tiny-llama.yaml").read_text()
+    olmo = tiny_llama.replace("name_or_path: tiny-llama", "name_or_path: tiny-olmo2").replace(
+        "family: llama", "family: olmo2"
+    )
+    (conf_dir / "model" / "tiny-olmo2.yaml").write_text(olmo)
+    full, saved, resumed = train_and_resume([*overrides, "model=tiny-olmo2", "pooling=mean"], tmp_path, monkeypatch)
+    assert saved["hyper_parameters"]["model"]["backbone"]["family"] == "olmo2"
+    assert_resumed_exactly(saved, resumed)
+    assert_exports(full, tmp_path)
