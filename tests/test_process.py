@@ -30,7 +30,6 @@ PROCESS_WIDE_FLAGS = {
     "torch.utils.deterministic": {"sentemb.training.trainer": "beside the deterministic mode its Trainer switches on"}
 }
 # module-level calls (run on import) → why they cannot wait for configure_process
-PACKING = "sentemb.encoders.models.padding_free"
 AT_IMPORT = {
     ("sentemb.common.hydra_plumbing", "register_resolvers()"): "Hydra resolves hydra.run.dir before main runs",
     (
@@ -41,8 +40,16 @@ AT_IMPORT = {
         "sentemb.encoders.models.padding_free",
         "AttentionMaskInterface.register(ATTENTION, sdpa_mask)",
     ): "as the line above",
-    ("sentemb.losses", "import_parts(__name__, __path__)"): "a package's parts register when it is imported "
-    "(common/parts.py), so a new module is found without a list to edit",
+    **{
+        (package, "import_parts(__name__, __path__)"): "a package's parts register when it is imported "
+        "(common/parts.py), so a new module is found without a list to edit"
+        for package in (
+            "sentemb.losses",
+            "sentemb.encoders.models",
+            "sentemb.encoders.poolings",
+            "sentemb.encoders.heads",
+        )
+    },
 }
 NOISE_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "transformers.modeling_utils")
 
