@@ -18,6 +18,7 @@ import pkgutil
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 from sentemb.common.errors import SentembConfigError
@@ -66,10 +67,14 @@ def check_kind(kind: str) -> None:
         raise SentembConfigError(f"{kind!r} is not a part kind. Fix: one of {', '.join(KINDS)}")
 
 
-def register_part(kind: str, build: Callable[..., Any], name: str | None = None, **declared: Any) -> str:
+def register_part(kind: str, build: Any, name: str | None = None, **declared: Any) -> str:
     """Lets configs name `build` (a class or loader of your own) as a `kind` part, by `name` (default: its Python
-    name); the keywords are the facts of `Part`. Call it before building. Returns the name configs use."""
+    name); the keywords are the facts of `Part`. Call it before building. Returns the name configs use.
+
+    The older form `register_part(kind, module, attribute)` registers `module.attribute` under its attribute name."""
     check_kind(kind)
+    if isinstance(build, ModuleType):  # register_part("pooling", my_module, "MyPooling")
+        build = getattr(build, str(name))
     name = name or build.__name__
     known = {key: declared.pop(key) for key in ("serves", "why_not", "export", "positions") if key in declared}
     entry = Part(kind, name, build, **known, facts=declared)

@@ -16,12 +16,10 @@ import torch
 
 import sentemb.losses  # noqa: F401 (the losses register, for checkpoints' `loss` configs)
 from sentemb.common.errors import SentembConfigError
-from sentemb.common.hydra_plumbing import resolved_container
-from sentemb.common.parts import DECODERS, Part, lookup, names
+from sentemb.common.parts import register_part  # noqa: F401 (its public home before)
 from sentemb.encoders import heads, models, poolings  # noqa: F401 (importing a package registers its parts)
 from sentemb.encoders.checkpoint import (
     check_checkpoint_serves,
-    current_part,
     model_identity,
     model_label,
     read_checkpoint,
@@ -30,74 +28,20 @@ from sentemb.encoders.encoder import SentenceEncoder
 from sentemb.encoders.models.adapters import (
     base_fingerprint,
     base_model,
-    check_adapter,
     is_adapted,
     merged,
     with_adapter,
 )
-from sentemb.encoders.models.backbones import check_backbone_options, freeze_all_but_top_layers, usable_positions
-from sentemb.encoders.models.decoders import check_attention_direction, check_decoder_options
-
-
-def plain_value(value: Any) -> bool:
-    """A JSON-like value with no `_target_` anywhere inside (nothing in it names code to build)."""
-    if isinstance(value, dict):
-        return "_target_" not in value and all(isinstance(k, str) and plain_value(v) for k, v in value.items())
-    if isinstance(value, list | tuple):
-        return all(plain_value(v) for v in value)
-    return value is None or isinstance(value, str | int | float | bool)
-
-
-def checked_part(kind: str, node: Any) -> tuple[Part, dict[str, Any]]:
-    """(its registry entry, its options) of a `kind` part config (`{name: <registered name>, option: value, ...}`; an
-    old `_target_` path is read by `current_part`), else refused naming the key and the names it may be. Nothing is
-    built or imported."""
-    node = current_part(kind, resolved_container(node))
-    entry = lookup(kind, node.get("name") if isinstance(node, dict) else None)
-    options = {name: value for name, value in node.items() if name != "name"}
-    odd = [name for name, value in options.items() if name.startswith("_") or not plain_value(value)]
-    if odd:
-        raise SentembConfigError(
-            f"{kind}.{odd[0]}: sentemb builds {kind} parts from plain options only (no `_` keys, no nested "
-            f"`_target_`): refused, nothing was run. Fix: remove {kind}.{odd[0]}"
-        )
-    return entry, options
-
-
-def build_part(kind: str, node: Any, **extra: Any) -> Any:
-    """The part `node` describes, called with its options and `extra` (`checked_part` first)."""
-    entry, options = checked_part(kind, node)
-    try:
-        return entry.build(**options, **extra)
-    except TypeError as err:  # an option the class does not take: named, as Hydra's instantiate would not
-        raise SentembConfigError(f"{kind}={entry.name}: {err}. Fix: remove the option or correct its name") from None
-
-
-def part_entry(kind: str, node: dict | None) -> Part | None:
-    """The registry entry a `kind` part config names (checked, nothing built), or None for no config."""
-    return checked_part(kind, node)[0] if node else None
-
-
-def is_decoder_config(model: dict) -> bool:
-    """A `model=` config whose backbone loader declares that it loads decoder LLMs."""
-    backbone = model.get("backbone")
-    return bool(backbone) and checked_part("model.backbone", backbone)[0].serves == DECODERS
-
-
-def check_part_fits(kind: str, node: dict | None, model: dict) -> None:
-    """The pooling or head serves the model's backbones (an encoder's or a decoder LLM's), else refused with the reason
-    the part declares and the ones that fit; nothing loads."""
-    entry = part_entry(kind, node)
-    decoder = is_decoder_config(model)
-    if entry is None or entry.fits(decoder):
-        return
-    fitting = [*names(kind, lambda other: other.fits(decoder)), *(["null"] if kind == "head" else [])]
-    other = "an encoder (e.g. model=minilm)" if decoder else "a decoder LLM (e.g. model=tiny-llama)"
-    raise SentembConfigError(
-        f"{kind}={entry.name} with model={model.get('name_or_path') or model_label(model)}, "
-        f"{'a decoder LLM' if decoder else 'an encoder'}: "
-        f"{entry.why_not}. Fix: {kind}={', '.join(fitting)}, or {other}"
-    )
+from sentemb.encoders.models.backbones import freeze_all_but_top_layers, usable_positions
+from sentemb.encoders.models.decoders import check_attention_direction
+from sentemb.encoders.part_configs import (  # noqa: F401 (build_part, part_entry, is_decoder_config: used from here)
+    EncoderConfig,
+    ModelConfig,
+    build_part,
+    checked_part,
+    is_decoder_config,
+    part_entry,
+)
 
 
 def attach_head(pooler: Any, head: Any) -> Any:
@@ -105,17 +49,12 @@ def attach_head(pooler: Any, head: Any) -> Any:
     return head.around(pooler) if getattr(head, "wraps_pooling", False) else pooler.with_head(head)
 
 
-def check_encoder_parts(model: dict, pooling: dict, head: dict | None = None, adapter: dict | None = None) -> None:
-    """Every part of an encoder config is one of sentemb's own with plain options (`checked_part`), the pooling fits
-    the backbone, the adapter's options are valid; nothing is built."""
-    for kind, node in (("model.backbone", model.get("backbone")), ("model.tokenizer", model.get("tokenizer"))):
-        checked_part(kind, node)
-    checked_part("pooling", pooling)
-    check_part_fits("pooling", pooling, model)
-    check_part_fits("head", head, model)
-    check_adapter(adapter)
-    if is_decoder_config(model):
-        check_decoder_options(model)
+def check_encoder_parts(
+    model: dict, pooling: dict, head: dict | None = None, adapter: dict | None = None
+) -> EncoderConfig:
+    """Every part of an encoder config is a registered one with plain options, the pooling and head fit the backbone,
+    the adapter's options are valid (`EncoderConfig.checked`); nothing is built."""
+    return EncoderConfig.checked(model, pooling, head, adapter)
 
 
 def check_length_fits(model: dict, max_length: int | None, key: str = "data.max_length") -> None:
@@ -123,8 +62,8 @@ def check_length_fits(model: dict, max_length: int | None, key: str = "data.max_
     IndexError at whichever step first draws one. Checked from the loader's options (a hub model's or folder's
     config.json where stored), before anything loads; a limit not known yet is checked on the loaded model
     (`check_positions`)."""
-    entry, options = checked_part("model.backbone", model.get("backbone"))
-    limit = entry.positions(**options) if entry.positions is not None else None
+    backbone = checked_part("model.backbone", model.get("backbone"))
+    limit = backbone.entry.positions(**backbone.options) if backbone.entry.positions is not None else None
     check_positions(limit, max_length, model_label(model), key)
 
 
@@ -150,58 +89,60 @@ def check_checkpoint_parts(hparams: dict, asked: dict, path: str | Path, key: st
     check_checkpoint_serves(hparams, asked, Path(path), key, fix)
 
 
-def backbone_options(model: dict, needs_lm_head: bool) -> dict[str, Any]:
+def backbone_options(model: ModelConfig, needs_lm_head: bool) -> dict[str, Any]:
     """What the backbone loader is called with besides its own options: dropout (SimCSE's augmentation) as each family
     names it, a decoder's attention direction and, for the MNTP head, the causal-LM model with its lm_head."""
-    dropout = model.get("dropout")
-    if is_decoder_config(model):
-        options: dict[str, Any] = {"bidirectional": model["bidirectional"], "dropout": dropout}
+    if model.decoder:
+        options: dict[str, Any] = {"bidirectional": model.bidirectional, "dropout": model.dropout}
         return options | ({"with_lm_head": True} if needs_lm_head else {})
     # BERT/RoBERTa: model.dropout sets the hidden and attention dropout
+    dropout = model.dropout
     return {} if dropout is None else {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
 
 
-def build_encoder(model: dict, pooling: dict, head: dict | None = None, adapter: dict | None = None) -> SentenceEncoder:
+def build_encoder(
+    model: dict | EncoderConfig, pooling: dict | None = None, head: dict | None = None, adapter: dict | None = None
+) -> SentenceEncoder:
     """Backbone + tokenizer from `model`, pooling from `pooling` (sized to the backbone), optional `head` and LoRA
-    `adapter` (peft).
+    `adapter` (peft); or all of them as one `EncoderConfig` already checked.
 
     A head that makes the sentence vector itself (SARCSE) takes the pooling's place, or with HiCL
     the place of the per-segment pooling; the pooling refuses a head it cannot take. MNTP's head
     keeps the pooling and reads the decoder's lm_head.
     """
-    check_encoder_parts(model, pooling, head, adapter)  # all before any is built: a bad pooling costs no backbone load
-    layers = model.get("trainable_layers")
-    check_backbone_options(model.get("dropout"), layers)
-    needs_lm_head = bool(getattr(getattr(part_entry("head", head), "build", None), "needs_lm_head", False))
-    backbone = build_part("model.backbone", model["backbone"], **backbone_options(model, needs_lm_head))
+    # all checked before anything is built: a bad pooling costs no backbone load
+    config = model if isinstance(model, EncoderConfig) else EncoderConfig.checked(model, pooling, head, adapter)
+    settings = config.model
+    backbone = settings.backbone.build(**backbone_options(settings, config.needs_lm_head))
     lm_head = None
-    if needs_lm_head:  # the causal-LM model: its decoder is the backbone, its lm_head MNTP's output layer
+    if config.needs_lm_head:  # the causal-LM model: its decoder is the backbone, its lm_head MNTP's output layer
         lm_head, backbone = backbone.get_output_embeddings(), backbone.get_decoder()
-    if is_decoder_config(model):
-        check_attention_direction(backbone, model["bidirectional"])
-    if model.get("init_from"):
-        load_initial_weights(backbone, model)
-    if layers is not None:
-        freeze_all_but_top_layers(backbone, layers)
-    if model.get("gradient_checkpointing"):  # transformers' own; torch's checkpoint replays the dropout masks
+    if settings.decoder:
+        check_attention_direction(backbone, settings.bidirectional)
+    if settings.init_from:
+        load_initial_weights(backbone, settings.raw)
+    if settings.trainable_layers is not None:
+        freeze_all_but_top_layers(backbone, settings.trainable_layers)
+    if settings.gradient_checkpointing:  # transformers' own; torch's checkpoint replays the dropout masks
         if hasattr(backbone, "activation_checkpointing_enable"):  # its name since 5.x (the old one warns there)
             backbone.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         else:
             backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    if adapter:
-        backbone = with_adapter(backbone, adapter)
+    if config.adapter:
+        backbone = with_adapter(backbone, config.adapter)
         if lm_head is not None:  # with an adapter only the adapter, pooling and head train, not the output layer
             lm_head.requires_grad_(False)
-    tokenizer = build_part("model.tokenizer", model["tokenizer"])
-    if model.get("padding_side"):
-        tokenizer.padding_side = model["padding_side"]
+    tokenizer = settings.tokenizer.build()
+    if settings.padding_side:
+        tokenizer.padding_side = settings.padding_side
     size = base_model(backbone).config.hidden_size
-    pooler = build_part("pooling", pooling, hidden_size=size)
-    if head:
-        extra = {"lm_head": lm_head} if needs_lm_head else {}
-        part = build_part("head", head, hidden_size=size, special_ids=tokenizer.all_special_ids, **extra)
-        pooler = attach_head(pooler, part)
-    return SentenceEncoder(backbone, tokenizer, pooler, padding_free=model.get("padding_free", True))
+    pooler = config.pooling.build(hidden_size=size)
+    if config.head is not None:
+        extra = {"lm_head": lm_head} if config.needs_lm_head else {}
+        pooler = attach_head(
+            pooler, config.head.build(hidden_size=size, special_ids=tokenizer.all_special_ids, **extra)
+        )
+    return SentenceEncoder(backbone, tokenizer, pooler, padding_free=settings.padding_free)
 
 
 def load_initial_weights(backbone: Any, model: dict) -> None:

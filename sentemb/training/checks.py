@@ -21,17 +21,10 @@ from sentemb.common.paths import resolve_data_root
 from sentemb.data.corpus import CorpusReport, check_corpus
 from sentemb.data.datamodule import check_batching, check_corpus_fills_batch
 from sentemb.data.streaming import check_streaming
-from sentemb.encoders.build import (
-    attach_head,
-    build_part,
-    check_length_fits,
-    check_part_fits,
-    is_decoder_config,
-    part_entry,
-)
-from sentemb.encoders.models.adapters import check_adapter
+from sentemb.encoders.build import attach_head, check_length_fits
 from sentemb.encoders.models.backbones import check_model
-from sentemb.encoders.models.decoders import check_decoder_options, warn_without_dropout
+from sentemb.encoders.models.decoders import warn_without_dropout
+from sentemb.encoders.part_configs import EncoderConfig, checked_part
 from sentemb.training.callbacks import check_every_n_steps
 from sentemb.training.checkpoints import check_checkpoint_path
 from sentemb.training.grad_cache import check_grad_cache
@@ -81,24 +74,21 @@ def check_parts(cfg: DictConfig) -> None:
     if not cfg.get("loss"):
         raise SentembConfigError("loss: no objective configured. Fix: pick one, e.g. loss=infonce")
     choices = OmegaConf.select(cfg, "hydra.runtime.choices") or {}
+    loss = checked_part("loss", cfg.loss)
+    # once: every part registered with plain options, the pooling and head fit the backbone, adapter options
+    parts = EncoderConfig.checked(cfg.model, cfg.pooling, cfg.get("head"), cfg.get("adapter"))
     # a stray field (a sweep's loss.m on InfoNCE) named before the constructor's TypeError
-    for group in ("loss", "pooling", "head"):
-        if cfg.get(group):
-            check_fields(cfg[group], group, part_entry(group, resolved_container(cfg[group])).build, choices.get(group))
-    build_part("loss", resolved_container(cfg.loss))  # each objective validates its own hyper-parameters (e.g. τ > 0)
-    model, pooling_cfg = resolved_container(cfg.model), resolved_container(cfg.pooling)
-    check_part_fits("pooling", pooling_cfg, model)  # a decoder with [CLS] or [MASK] pooling
-    check_part_fits("head", resolved_container(cfg.get("head")), model)  # MNTP on an encoder, SARCSE on a decoder
-    heads = pooling_cfg.get("num_heads")  # the latent pooling's heads must divide the width: a toy width they divide
+    for group, part in (("loss", loss), ("pooling", parts.pooling), ("head", parts.head)):
+        if part is not None:
+            check_fields(cfg[group], group, part.entry.build, choices.get(group))
+    loss.build()  # each objective validates its own hyper-parameters (e.g. τ > 0)
+    heads = parts.pooling.options.get("num_heads")  # the latent pooling's heads must divide the width: a toy width
     toy = TOY_SIZE * heads if isinstance(heads, int) and not isinstance(heads, bool) and heads > 0 else TOY_SIZE
-    pooling = build_part("pooling", pooling_cfg, hidden_size=toy)  # template, MLP options
-    if cfg.get("head"):  # the head's own options, then whether the pooling accepts it
-        attach_head(pooling, build_part("head", resolved_container(cfg.head), hidden_size=toy, special_ids=[]))
-    if is_decoder_config(model):
-        check_decoder_options(model)
-        if (cfg.get("head") or {}).get("contrastive", True):  # MNTP alone trains without dropout on purpose
-            warn_without_dropout(model)
-    check_adapter(resolved_container(cfg.get("adapter")))
+    pooling = parts.pooling.build(hidden_size=toy)  # template, MLP options
+    if parts.head is not None:  # the head's own options, then whether the pooling accepts it
+        attach_head(pooling, parts.head.build(hidden_size=toy, special_ids=[]))
+    if parts.model.decoder and (parts.head is None or parts.head.options.get("contrastive", True)):
+        warn_without_dropout(parts.model.raw)  # MNTP alone trains without dropout on purpose
     check_grad_cache(cfg.get("grad_cache"), cfg.data.batch_size)
     check_batching(cfg.data.get("batch_size"), cfg.data.get("max_length"))
     check_every_n_steps(cfg.eval.every_n_steps)

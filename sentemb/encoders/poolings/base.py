@@ -1,13 +1,19 @@
-"""The pooling interface: what every pooling and head implements, with defaults for all but `forward`.
+"""The pooling interface: a `Pooling` implements `__init__(hidden_size, ...)` and `forward`, optionally `prepare`.
+
+Everything else a pooling or head can answer is a hook with a default, in one small mixin per caller:
+- `TrainingHooks`: training (the encoder, the LightningModule and GradCache call them);
+- `HeadHooks`: how a pooling accepts or refuses a head (`build_encoder` calls them);
+- `ServingHooks`: format=onnx alone reads them (encoders/serving/).
+A plain pooling (CLS, mean) keeps every default. `AroundPooling` is the base of a head that keeps its pooling's
+sentence vector (MNTP).
 
 A pooling keeps no per-batch state: `prepare` returns the backbone's rows together with whatever
 a later call needs (the prompt's mask positions, HiCL's segment owners and weights), and every
 later call (`forward`, `training_rows`, `training_views`) reads it from that batch.
 
-A new pooling needs `__init__(hidden_size, ...)` and `forward(hidden, batch, train_head)`; the rest
-has defaults, grouped by who calls it: training (`training_batch`, `training_rows`,
-`training_views`, `prepare_training`), heads (`with_head`; `AroundPooling` for a head that keeps the
-pooling's vector) and serving (`graph_refusal`, `serving_rows`, `graph_batch`: format=onnx).
+The mixins define no `__init__` and no class attribute that could shadow a submodule (nn.Module keeps
+submodules in `_modules`, found only when normal attribute lookup fails): their class attributes are plain
+values (`contrastive_weight`, `graph_refusal`) that a subclass overrides at class level or with a property.
 """
 
 from __future__ import annotations
@@ -32,23 +38,102 @@ class TrainingViews:
     auxiliary: dict[str, tuple[float, torch.Tensor]] = field(default_factory=dict)
 
 
-class Pooling(nn.Module):
-    """What every pooling and head implements; plain poolings keep the defaults.
+class TrainingHooks:
+    """How a pooling trains; the defaults are unsupervised SimCSE's (the batch twice, one embedding per row).
 
-    Training is split in two so that GradCache can chunk the first part: `training_rows` is per
-    row (a row's outputs depend on its own tokens only), `training_views` is the batch-level rest;
-    `training_batch` lays out the rows they read (both views, and a head's own rows: MNTP's).
-    A head (SARCSE) is a Pooling too; `auxiliary_terms` and `contrastive_weight` are how a pooling
-    that aggregates rows (HiCL) asks the pooling of its rows for their per-row losses.
+    Who calls them: the LightningModule (training/module.py) calls `prepare_training` once at fit start and,
+    through the encoder (encoders/encoder.py), `training_batch` → `training_rows` → `training_views` each step;
+    HiCL calls its segment pooling's `auxiliary_terms` and `contrastive_weight` (a head on every segment).
+
+    Training is split in two so that GradCache (training/grad_cache.py) can chunk the first part:
+    `training_rows` is per row (a row's outputs depend on its own tokens only), so GradCache runs it on
+    chunks of rows, caches the outputs and replays each chunk's backward; `training_views` is the
+    batch-level rest (the pairing of views, HiCL's aggregation and local loss), run once on the whole
+    batch of cached rows. A hook that needs other rows belongs in `training_views`, never in `training_rows`.
+
+    The defaults call the `prepare` and `forward` of the Pooling they are part of.
     """
 
-    contrastive_weight: float = 1.0  # the weight of the contrastive loss on this pooling's vectors (SARCSE: α)
+    # the weight of the contrastive loss on this pooling's vectors: 1 (plain SimCSE); SARCSE's α, MNTP's 0 without
+    # contrastive training (both properties); HiCL multiplies its global weight by its segment pooling's
+    contrastive_weight: float = 1.0
 
-    def prepare(self, batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase) -> dict[str, torch.Tensor]:
-        """The backbone's input rows for a tokenised batch (a template, segments), plus what later calls read."""
-        return batch
+    def training_batch(
+        self, batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase
+    ) -> dict[str, torch.Tensor]:
+        """The backbone's rows of a training step: the batch twice (dropout draws a mask per row: the two views),
+        prepared. Called by `SentenceEncoder.training_batch`; a head may add rows of its own (MNTP's masked copies)."""
+        return self.prepare({name: torch.cat([value, value]) for name, value in batch.items()}, tokenizer)
 
-    # why this pooling cannot be one ONNX graph (format=onnx refuses it, naming this), or None
+    def prepare_training(self, tokenizer: PreTrainedTokenizerBase) -> None:
+        """Whatever training needs once, at fit start (the LightningModule's `on_fit_start`; SARCSE: the corpus's
+        token frequencies). Nothing by default: a pooling that only reads its batch needs nothing more."""
+
+    def training_rows(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Per-row training outputs of prepared rows (any subset of them: GradCache passes chunks), each a tensor
+        whose first dimension is the rows: by default their embeddings, train-only MLP on (`train_head=True`)."""
+        return {"embedding": self(hidden, batch, train_head=True)}
+
+    def auxiliary_terms(self, rows: dict[str, torch.Tensor], half: int) -> dict[str, tuple[float, torch.Tensor]]:
+        """(weight, loss) terms of the per-row outputs besides the embedding (first `half` rows: view 1), read by
+        `training_views` here and by HiCL for its segment pooling (SARCSE's reconstruction); none by default."""
+        return {}
+
+    def training_views(self, rows: dict[str, torch.Tensor], batch: dict[str, torch.Tensor], n: int) -> TrainingViews:
+        """The doubled batch's rows → the two views of its n sentences (first half is view 1); `batch` is the
+        prepared doubled batch those rows came from (HiCL reads its segments' owners there). Batch-level: called
+        once a step on all rows (with GradCache, on the cached ones), by the encoder or the LightningModule."""
+        embedding = rows["embedding"]
+        return TrainingViews(embedding[:n], embedding[n:], self.contrastive_weight, self.auxiliary_terms(rows, n))
+
+
+class HeadHooks:
+    """How a pooling accepts or refuses a head that makes the sentence vector itself (SARCSE).
+
+    `build_encoder` (encoders/build.py, `attach_head`) calls `pooling.with_head(head)` for such a head, before
+    any model loads; a head that keeps the pooling's vector instead (`AroundPooling`, `wraps_pooling`) is
+    put around the pooling and never reaches `with_head`.
+    """
+
+    def with_head(self, head: Pooling) -> Pooling:
+        """The pooling once a head that makes the sentence vector itself (SARCSE) is added: by default the head, in
+        the pooling's place (CLS: the head's vector is the sentence vector, from the same token states).
+
+        A pooling whose own output the head would silently replace refuses here (`refuse_head`: mean, prompt); one
+        that aggregates vectors returns itself with the head inside (HiCL: SARCSE on every segment).
+        """
+        return head
+
+
+def refuse_head(setting: str) -> NoReturn:
+    """A head with a pooling whose output it would silently replace: refused with the fix (`HeadHooks.with_head`)."""
+    raise SentembConfigError(
+        f"head=sarcse with {setting}: SARCSE builds the sentence vector itself from the token states, so that "
+        "pooling would be ignored. Fix: pooling=cls (SARCSE on the whole sentence) or pooling=hicl "
+        "(SARCSE on every segment, pooling.prompt=false)."
+    )
+
+
+class ServingHooks:
+    """How a pooling becomes one ONNX graph; only format=onnx reads these (nothing in training or encode() does).
+
+    `check_graph_parts` (encoders/serving/onnx_graph.py) reads `graph_refusal` from the class before any model
+    loads; the export writes `serving_rows` into the folder's `sentemb_onnx.json` and traces
+    `forward(hidden, graph_batch(rows))` inside the graph. The defaults fit a pooling that reads the
+    tokenizer's rows as they are (CLS, mean): no refusal, plain rows, the batch as it is.
+
+    The folder's loader is encoders/serving/onnx_embedder.py, copied verbatim into every folder as
+    `sentemb_onnx.py`: it runs where sentemb is not installed, so it imports only numpy, onnxruntime and
+    tokenizers (no torch, no transformers, no sentemb), and onnxruntime only when a graph loads. A pooling
+    that lays out its rows (the prompt's template, last-token's EOS) does so in `prepare` with that module's
+    `prepared_rows` and the dict its `serving_rows` returns, importing it in its own module
+    (encoder_poolings.py, decoder_poolings.py): training, encode() and the exported folder lay out a sentence
+    with the one function, so they cannot drift apart. This module needs no such import: the defaults lay out
+    nothing.
+    """
+
+    # why this pooling cannot be one ONNX graph (format=onnx refuses it, naming this), or None; a class attribute,
+    # read from the class before anything is built
     graph_refusal: str | None = None
 
     def serving_rows(self, tokenizer: PreTrainedTokenizerBase) -> dict[str, Any]:
@@ -61,45 +146,42 @@ class Pooling(nn.Module):
     def graph_batch(
         self, batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase
     ) -> dict[str, torch.Tensor]:
-        """What `forward` reads, computed from prepared rows alone (inside an ONNX graph); by default the rows."""
+        """What `forward` reads, computed from prepared rows alone (inside an ONNX graph); by default the rows, all
+        a pooling reads that adds nothing to its batch in `prepare` (the prompt adds its mask position)."""
         return batch
 
-    def with_head(self, head: Pooling) -> Pooling:
-        """The pooling once a head that makes the sentence vector itself (SARCSE) is added: by default the head.
 
-        A pooling whose own output the head would replace refuses here (`refuse_head`), before any model loads.
-        """
-        return head
+class Pooling(TrainingHooks, HeadHooks, ServingHooks, nn.Module):
+    """Token states → sentence vectors; every pooling and head is one.
 
-    def training_batch(
-        self, batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase
-    ) -> dict[str, torch.Tensor]:
-        """The backbone's rows of a training step: the batch twice (dropout draws a mask per row: the two views),
-        prepared. A head may add rows of its own (MNTP's masked copies)."""
-        return self.prepare({name: torch.cat([value, value]) for name, value in batch.items()}, tokenizer)
+    What a pooling implements:
+    1. `__init__(self, hidden_size, ...)`: `build_encoder` passes the backbone's hidden size, then the
+       part's options (conf/pooling/<name>.yaml); call `super().__init__()` (nn.Module's) first;
+    2. `forward(hidden, batch, train_head=False)`: (B, T, H) token states and the prepared batch → (B, D)
+       sentence vectors; `train_head=True` on the training path only (SimCSE's train-only MLP);
+    3. optionally `prepare(batch, tokenizer)`: the backbone's rows for a tokenised batch, plus what
+       `forward` reads (by default the batch as it is).
 
-    def prepare_training(self, tokenizer: PreTrainedTokenizerBase) -> None:
-        """Whatever training needs once, at fit start (SARCSE: the corpus's token frequencies); nothing by default."""
+    The rest are hooks with defaults, documented where they are defined: `TrainingHooks` (training,
+    GradCache), `HeadHooks` (heads) and `ServingHooks` (format=onnx).
+    """
 
-    def training_rows(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Per-row training outputs of the prepared rows: here their embeddings, train-only MLP on."""
-        return {"embedding": self(hidden, batch, train_head=True)}
+    def prepare(self, batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase) -> dict[str, torch.Tensor]:
+        """The backbone's input rows for a tokenised batch (a template, segments), plus what later calls read.
+        Called by `SentenceEncoder.hidden_states` (encode()) and `training_batch`; by default the batch as it is."""
+        return batch
 
-    def auxiliary_terms(self, rows: dict[str, torch.Tensor], half: int) -> dict[str, tuple[float, torch.Tensor]]:
-        """(weight, loss) terms of the per-row outputs besides the embedding (first `half` rows: view 1); none here."""
-        return {}
-
-    def training_views(self, rows: dict[str, torch.Tensor], batch: dict[str, torch.Tensor], n: int) -> TrainingViews:
-        """The doubled batch's rows → the two views of its n sentences (first half is view 1); `batch` is the
-        prepared doubled batch those rows came from (HiCL reads its segments' owners there)."""
-        embedding = rows["embedding"]
-        return TrainingViews(embedding[:n], embedding[n:], self.contrastive_weight, self.auxiliary_terms(rows, n))
+    def forward(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor], train_head: bool = False) -> torch.Tensor:
+        """(B, T, H) token states of the prepared rows → (B, D) sentence vectors; every pooling defines it."""
+        raise NotImplementedError(f"{type(self).__name__} defines no forward(hidden, batch, train_head)")
 
 
 class AroundPooling(Pooling):
     """A head that keeps its pooling's sentence vector and adds a training term of its own (MNTP): `build_encoder`
-    calls `around(pooling)`, and every call goes to the pooling inside unless the head overrides it (typically
-    `training_views`, to add an auxiliary (weight, loss) term)."""
+    calls `around(pooling)`, and `prepare`, `forward`, `contrastive_weight` and the other training hooks go to the
+    pooling inside unless the head overrides them (typically `training_views`, to add an auxiliary (weight, loss)
+    term). Its head and serving hooks stay the defaults: such a head declares `export=TRAINS_ONLY`, and an export
+    serves the pooling inside without it (export.py's `inference_parts`)."""
 
     wraps_pooling = True  # build_encoder calls `around(pooling)`: the pooling's vector stays the embedding
 
@@ -140,12 +222,3 @@ class AroundPooling(Pooling):
 
     def training_views(self, rows: dict[str, torch.Tensor], batch: dict[str, torch.Tensor], n: int) -> TrainingViews:
         return self.inner_pooling().training_views(rows, batch, n)
-
-
-def refuse_head(setting: str) -> NoReturn:
-    """A head with a pooling whose output it would silently replace: refused with the fix."""
-    raise SentembConfigError(
-        f"head=sarcse with {setting}: SARCSE builds the sentence vector itself from the token states, so that "
-        "pooling would be ignored. Fix: pooling=cls (SARCSE on the whole sentence) or pooling=hicl "
-        "(SARCSE on every segment, pooling.prompt=false)."
-    )

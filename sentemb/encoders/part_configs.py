@@ -1,0 +1,171 @@
+"""Typed part configs: an encoder's model, pooling, head and adapter options, checked once, then read as fields.
+
+`EncoderConfig.checked(model, pooling, head, adapter)` takes the config dicts (a command's, a checkpoint's, an
+exported folder's) and runs every check that needs no file and no model: each part is a registered one with plain
+options (`checked_part`, through the one migration of stored configs), the pooling and head serve the backbone
+(`check_part_fits`), the backbone, decoder and adapter options are valid. What it returns is what
+`build_encoder` builds from, so nothing downstream parses the dicts again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sentemb.common.errors import SentembConfigError
+from sentemb.common.hydra_plumbing import resolved_container
+from sentemb.common.parts import DECODERS, Part, lookup, names
+from sentemb.encoders.checkpoint import current_part, model_label
+from sentemb.encoders.models.adapters import check_adapter
+from sentemb.encoders.models.backbones import check_backbone_options
+from sentemb.encoders.models.decoders import check_decoder_options
+
+
+def plain_value(value: Any) -> bool:
+    """A JSON-like value with no `_target_` anywhere inside (nothing in it names code to build)."""
+    if isinstance(value, dict):
+        return "_target_" not in value and all(isinstance(k, str) and plain_value(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return all(plain_value(v) for v in value)
+    return value is None or isinstance(value, str | int | float | bool)
+
+
+@dataclass(frozen=True)
+class PartConfig:
+    """A checked part config: its registry entry and its plain options."""
+
+    entry: Part
+    options: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+    def build(self, **extra: Any) -> Any:
+        """The part, called with its options and `extra`; an option it does not take is named with the fix."""
+        try:
+            return self.entry.build(**self.options, **extra)
+        except TypeError as err:  # an option the class does not take: named, as Hydra's instantiate would not
+            fix = "Fix: remove the option or correct its name"
+            raise SentembConfigError(f"{self.entry.kind}={self.name}: {err}. {fix}") from None
+
+
+def checked_part(kind: str, node: Any) -> PartConfig:
+    """A `kind` part config (`{name: <registered name>, option: value, ...}`; an old `_target_` path is read by
+    `current_part`) as a `PartConfig`, else refused naming the key and the names it may be. Nothing is built or
+    imported."""
+    node = current_part(kind, resolved_container(node))
+    entry = lookup(kind, node.get("name") if isinstance(node, dict) else None)
+    options = {name: value for name, value in node.items() if name != "name"}
+    odd = [name for name, value in options.items() if name.startswith("_") or not plain_value(value)]
+    if odd:
+        raise SentembConfigError(
+            f"{kind}.{odd[0]}: sentemb builds {kind} parts from plain options only (no `_` keys, no nested "
+            f"`_target_`): refused, nothing was run. Fix: remove {kind}.{odd[0]}"
+        )
+    return PartConfig(entry, options)
+
+
+def build_part(kind: str, node: Any, **extra: Any) -> Any:
+    """The part `node` describes, called with its options and `extra` (`checked_part` first)."""
+    return checked_part(kind, node).build(**extra)
+
+
+def part_entry(kind: str, node: dict | None) -> Part | None:
+    """The registry entry a `kind` part config names (checked, nothing built), or None for no config."""
+    return checked_part(kind, node).entry if node else None
+
+
+def is_decoder_config(model: dict) -> bool:
+    """A `model=` config whose backbone loader declares that it loads decoder LLMs."""
+    backbone = model.get("backbone")
+    return bool(backbone) and checked_part("model.backbone", backbone).entry.serves == DECODERS
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The `model=` options, checked: its loaders, and the fields build_encoder reads."""
+
+    raw: dict[str, Any]  # as given: what checkpoints store, and what labels and identities are read from
+    backbone: PartConfig
+    tokenizer: PartConfig
+    dropout: float | None
+    trainable_layers: int | None
+    padding_free: bool
+    padding_side: str | None
+    gradient_checkpointing: bool
+    init_from: str | None
+    bidirectional: bool | None  # decoders only
+
+    @property
+    def decoder(self) -> bool:
+        """Its backbone loader loads a decoder LLM (the loader's own declaration)."""
+        return self.backbone.entry.serves == DECODERS
+
+    @property
+    def label(self) -> str:
+        return str(self.raw.get("name_or_path") or model_label(self.raw))
+
+    @classmethod
+    def checked(cls, model: dict[str, Any]) -> ModelConfig:
+        model = resolved_container(model)
+        config = cls(
+            raw=model,
+            backbone=checked_part("model.backbone", model.get("backbone")),
+            tokenizer=checked_part("model.tokenizer", model.get("tokenizer")),
+            dropout=model.get("dropout"),
+            trainable_layers=model.get("trainable_layers"),
+            padding_free=bool(model.get("padding_free", True)),
+            padding_side=model.get("padding_side"),
+            gradient_checkpointing=bool(model.get("gradient_checkpointing")),
+            init_from=model.get("init_from"),
+            bidirectional=model.get("bidirectional"),
+        )
+        if config.decoder:
+            check_decoder_options(model)
+        check_backbone_options(config.dropout, config.trainable_layers)
+        return config
+
+
+def check_part_fits(part: PartConfig | None, model: ModelConfig) -> None:
+    """The pooling or head serves the model's backbones (an encoder's or a decoder LLM's), else refused with the reason
+    the part declares and the ones that fit; nothing loads."""
+    if part is None or part.entry.fits(model.decoder):
+        return
+    kind = part.entry.kind
+    fitting = [*names(kind, lambda other: other.fits(model.decoder)), *(["null"] if kind == "head" else [])]
+    other = "an encoder (e.g. model=minilm)" if model.decoder else "a decoder LLM (e.g. model=tiny-llama)"
+    raise SentembConfigError(
+        f"{kind}={part.name} with model={model.label}, {'a decoder LLM' if model.decoder else 'an encoder'}: "
+        f"{part.entry.why_not}. Fix: {kind}={', '.join(fitting)}, or {other}"
+    )
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    """An encoder's parts, checked once (module docstring)."""
+
+    model: ModelConfig
+    pooling: PartConfig
+    head: PartConfig | None
+    adapter: dict[str, Any] | None
+
+    @property
+    def needs_lm_head(self) -> bool:
+        """The head predicts tokens through the decoder's lm_head (MNTP): the causal-LM model is loaded."""
+        return bool(self.head is not None and getattr(self.head.entry.build, "needs_lm_head", False))
+
+    @classmethod
+    def checked(
+        cls, model: dict, pooling: dict, head: dict | None = None, adapter: dict | None = None
+    ) -> EncoderConfig:
+        config = cls(
+            model=ModelConfig.checked(model),
+            pooling=checked_part("pooling", pooling),
+            head=checked_part("head", head) if head else None,
+            adapter=resolved_container(adapter) or None,
+        )
+        check_part_fits(config.pooling, config.model)
+        check_part_fits(config.head, config.model)
+        check_adapter(config.adapter)
+        return config
