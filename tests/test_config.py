@@ -9,7 +9,7 @@ import pytest
 from hydra.errors import MissingConfigException
 from hydra.utils import instantiate
 
-from sentemb.encoders.build import build_part
+from sentemb.encoders.part_configs import build_part
 from sentemb.losses import LossOutput
 from tests.conftest import CONF_DIR, compose_train
 

@@ -137,7 +137,7 @@ def test_ddp_training_drops_the_ragged_last_batch(small_corpus, tmp_path):
     from hydra.utils import instantiate
 
     cfg = compose_train(["model=tiny", f"data.corpus={small_corpus}", "data.batch_size=64"], tmp_path)
-    from sentemb.encoders.build import build_part
+    from sentemb.encoders.part_configs import build_part
 
     data = instantiate(cfg.data, tokenizer=build_part("model.tokenizer", cfg.model.tokenizer))
     data.setup("fit")

@@ -22,7 +22,7 @@ from transformers import LlamaModel, PreTrainedTokenizerFast
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.hydra_plumbing import resolved_container
 from sentemb.common.paths import CONF_DIR
-from sentemb.encoders.build import build_encoder, build_part, load_checkpoint_encoder
+from sentemb.encoders.build import build_encoder, load_checkpoint_encoder
 from sentemb.encoders.encoder import SentenceEncoder
 from sentemb.encoders.models import decoders
 from sentemb.encoders.models import padding_free as packing
@@ -30,6 +30,7 @@ from sentemb.encoders.models.backbones import tiny_bert
 from sentemb.encoders.models.decoders import attends_forward, check_attention_direction, tiny_decoder
 from sentemb.encoders.models.families import tiny_decoder_families
 from sentemb.encoders.models.padding_free import padding_free_states
+from sentemb.encoders.part_configs import build_part
 from sentemb.encoders.poolings.decoder_poolings import LastTokenPooling
 from sentemb.losses import available
 from sentemb.training.checks import prepare_run

@@ -111,7 +111,7 @@ def declared(monkeypatch):
         "pooling", "max", serves=ENCODERS, why_not="a decoder's padding side puts pads first, which max does not skip"
     )(MaxPooling)
     part("head", "memory", export=TRAINS_ONLY)(MemoryHead)
-    register_family(Family("olmo2", decoder=True, config_class=Olmo2Config, padding_side="left"))
+    register_family(Family("olmo2", decoder=True, config_class=Olmo2Config))
 
 
 class KeepLastAfterFirstStep(L.Callback):

@@ -12,9 +12,9 @@ import torch.nn.functional as F
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.metric_names import DEV_SPEARMAN_BEST_LOGGED, DEV_SPEARMAN_BEST_RESCORED
-from sentemb.encoders.build import build_part
 from sentemb.encoders.encoder import SentenceEncoder
 from sentemb.encoders.models.backbones import packaged_model_path, pretrained_tokenizer, tiny_bert
+from sentemb.encoders.part_configs import build_part
 from sentemb.encoders.poolings.encoder_poolings import CLSPooling
 from sentemb.encoders.poolings.hicl import HiCLPooling, segment_weights, slice_content
 from tests.conftest import compose_train

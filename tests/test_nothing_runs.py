@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -122,6 +123,8 @@ def test_a_sweep_winner_reading_the_environment_leaks_nothing(tmp_path, monkeypa
         "optimizer={_target_: os.makedirs, name: MADE}",
         "optimizer.betas=[0.9, {_target_: os.makedirs, name: MADE}]",
         "loss._target_=os.makedirs",
+        "loss.name=focal",  # which part is built is the command's group choice, never a record's
+        "model.backbone.name=tiny_roberta",
         "optimizer._partial_=false",
         "ckpt_path=MADE",
         "paths.output_dir=MADE",
@@ -133,6 +136,25 @@ def test_a_sweep_winner_naming_code_or_run_files_is_refused(override, tmp_path):
     with pytest.raises(SentembConfigError, match=r"from_sweep=.*Fix: pass the values"):
         through_from_sweep(sweep, tmp_path)
     assert not made.exists()
+
+
+@pytest.mark.parametrize("term", ["/etc/passwd", "../model/tiny", "no_such_loss"])
+def test_a_weighted_sum_term_names_a_loss_never_a_path(term):
+    from sentemb.losses import build
+
+    with pytest.raises(SentembConfigError, match=rf"no loss named '{term}'"):
+        build("sum", terms={"x": {"weight": 1.0, "loss": term}})
+
+
+def test_a_fresh_process_reading_a_stored_config_finds_every_registered_part():
+    # the registry fills wherever a stored config is read, not only where the encoder is built
+    code = (
+        "from sentemb.encoders.checkpoint import current_part; "
+        "print(current_part('pooling', {'_target_': 'sentemb.encoders.pooling.CLSPooling'})['name'], "
+        "current_part('loss', {'_target_': 'sentemb.losses.InfoNCE'})['name'])"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.stdout.split() == ["cls", "infonce"], result.stderr[-2000:]
 
 
 def test_a_sweep_winner_of_plain_values_is_applied(tmp_path):

@@ -169,3 +169,26 @@ def test_library_parts_import_without_lightning():
         [sys.executable, "-c", IMPORT_EACH, *LIGHTNING_FREE], capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def structure_summary() -> str:
+    """Modules per package (the encoders' sub-packages apart), import edges, upward imports and cycles: the figures
+    a restructuring quotes before and after (`python tests/test_structure.py`)."""
+    packages: dict[str, int] = {}
+    for path in MODULES.values():
+        package = ".".join(("sentemb", *path.relative_to(PACKAGE).parent.parts))
+        packages[package] = packages.get(package, 0) + 1
+    layers = {name: layer_of(path) for name, path in MODULES.items()}
+    lines = [f"{package:28s} {count}" for package, count in sorted(packages.items())]
+    lines.append(f"modules {len(MODULES)}, import edges {sum(len(targets) for targets in GRAPH.values())}")
+    lines.append(f"imports against the layer order: {len(upward_imports(IMPORTS, layers, LAYERS))}")
+    lines.append(f"import cycles: {0 if find_cycle(GRAPH) is None else 'at least 1'}")
+    return "\n".join(lines)
+
+
+def test_the_structure_summary_counts_every_module():
+    assert f"modules {len(MODULES)}," in structure_summary() and "import cycles: 0" in structure_summary()
+
+
+if __name__ == "__main__":
+    print(structure_summary())

@@ -8,7 +8,8 @@ anything uses them. It lets through:
 - no interpolation: no string holds `${` (OmegaConf would resolve it: call a resolver, read the environment),
   except in the fields a reader declares opaque text (compared or shown, never put into a config);
 - no `_target_` key, except at the nodes a reader names, and there a dotted name only: a part that
-  `sentemb.encoders.build` looks up in its closed registry, or the record of what a run trained with, never built;
+  configs written before registry names named by path (matched against the registry, never imported), or the
+  record of what a run trained with, never built;
 - where a reader knows the keys a node may hold, those only.
 A refusal is a SentembConfigError naming the file, the key and the fix, raised before anything is built.
 """

@@ -17,7 +17,7 @@ import importlib
 import pkgutil
 import sys
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -41,7 +41,6 @@ class Part:
     why_not: str = ""  # why it cannot serve the other backbones (said when refused)
     export: str = SENTEMB  # NATIVE, SENTEMB or TRAINS_ONLY (poolings and heads)
     positions: Callable[..., int | None] | None = None  # a backbone loader's position limit from its options alone
-    facts: dict[str, Any] = field(default_factory=dict)  # anything else a kind needs (a loader's decoder family ...)
 
     @property
     def build(self) -> Callable[..., Any]:
@@ -67,32 +66,43 @@ def check_kind(kind: str) -> None:
         raise SentembConfigError(f"{kind!r} is not a part kind. Fix: one of {', '.join(KINDS)}")
 
 
-def register_part(kind: str, build: Any, name: str | None = None, **declared: Any) -> str:
+def register_part(
+    kind: str,
+    build: Any,
+    name: str | None = None,
+    serves: str = BOTH,
+    why_not: str = "",
+    export: str = SENTEMB,
+    positions: Callable[..., int | None] | None = None,
+) -> str:
     """Lets configs name `build` (a class or loader of your own) as a `kind` part, by `name` (default: its Python
-    name); the keywords are the facts of `Part`. Call it before building. Returns the name configs use.
+    name), with the facts of `Part`. Call it before building. Returns the name configs use.
 
     The older form `register_part(kind, module, attribute)` registers `module.attribute` under its attribute name."""
     check_kind(kind)
     if isinstance(build, ModuleType):  # register_part("pooling", my_module, "MyPooling")
         build = getattr(build, str(name))
+    if serves not in (ENCODERS, DECODERS, BOTH) or export not in (NATIVE, SENTEMB, TRAINS_ONLY):
+        raise SentembConfigError(
+            f"register_part({kind!r}, {name!r}): serves={serves!r}, export={export!r}. Fix: serves one of "
+            f"{ENCODERS}, {DECODERS}, {BOTH}; export one of {NATIVE}, {SENTEMB}, {TRAINS_ONLY}"
+        )
     name = name or build.__name__
-    known = {key: declared.pop(key) for key in ("serves", "why_not", "export", "positions") if key in declared}
-    entry = Part(kind, name, build, **known, facts=declared)
+    entry = Part(kind, name, build, serves, why_not, export, positions)
     existing = REGISTRY[kind].get(name)
     if existing is not None and existing.path != entry.path:
         raise SentembConfigError(f"register_part: {kind} name {name!r} is taken by {existing.path}. Fix: another name")
     REGISTRY[kind][name] = entry
+    if isinstance(build, type):  # an instance can say what it is (`declared_part`)
+        build.sentemb_part = entry
     return name
 
 
 def part(kind: str, name: str, **declared: Any) -> Callable[[Any], Any]:
-    """Class or function decorator: `register_part(kind, it, name, **declared)`; the part keeps its declaration as
-    `.part` (a class) so an instance can say what it is."""
+    """Class or function decorator: `register_part(kind, it, name, **declared)`."""
 
     def register(build: Any) -> Any:
         register_part(kind, build, name, **declared)
-        if isinstance(build, type):
-            build.part = REGISTRY[kind][name]
         return build
 
     return register
@@ -105,6 +115,49 @@ def lookup(kind: str, name: Any) -> Part:
     if found is None:
         raise unknown_part(kind, "name", name)
     return found
+
+
+def plain_value(value: Any) -> bool:
+    """A JSON-like value with no `_target_` anywhere inside (nothing in it names code to build)."""
+    if isinstance(value, dict):
+        return "_target_" not in value and all(isinstance(k, str) and plain_value(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return all(plain_value(v) for v in value)
+    return value is None or isinstance(value, str | int | float | bool)
+
+
+@dataclass(frozen=True)
+class PartConfig:
+    """A checked part config: its registry entry and its plain options."""
+
+    entry: Part
+    options: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+    def build(self, **extra: Any) -> Any:
+        """The part, called with its options and `extra`; an option it does not take is named with the fix."""
+        try:
+            return self.entry.build(**self.options, **extra)
+        except TypeError as err:  # an option the class does not take: named, as Hydra's instantiate would not
+            fix = "Fix: remove the option or correct its name"
+            raise SentembConfigError(f"{self.entry.kind}={self.name}: {err}. {fix}") from None
+
+
+def part_config(kind: str, node: Any) -> PartConfig:
+    """A `kind` part config with today's registry names (`{name: <registered name>, option: value, ...}`) as a
+    `PartConfig`, else refused naming the key and the names it may be. Nothing is built or imported."""
+    entry = lookup(kind, node.get("name") if isinstance(node, dict) else None)
+    options = {name: value for name, value in node.items() if name != "name"}
+    odd = [name for name, value in options.items() if name.startswith("_") or not plain_value(value)]
+    if odd:
+        raise SentembConfigError(
+            f"{kind}.{odd[0]}: sentemb builds {kind} parts from plain options only (no `_` keys, no nested "
+            f"`_target_`): refused, nothing was run. Fix: remove {kind}.{odd[0]}"
+        )
+    return PartConfig(entry, options)
 
 
 def unknown_part(kind: str, key: str, value: Any) -> SentembConfigError:
@@ -140,7 +193,7 @@ def named_by_path(kind: str, target: str) -> str | None:
 
 def declared_part(obj: Any) -> Part | None:
     """The declaration of the class `obj` is an instance of (its own, not one inherited from a registered parent)."""
-    return vars(type(obj)).get("part")
+    return vars(type(obj)).get("sentemb_part")
 
 
 def names(kind: str, where: Callable[[Part], bool] = lambda _: True) -> list[str]:

@@ -34,14 +34,7 @@ from sentemb.encoders.models.adapters import (
 )
 from sentemb.encoders.models.backbones import freeze_all_but_top_layers, usable_positions
 from sentemb.encoders.models.decoders import check_attention_direction
-from sentemb.encoders.part_configs import (  # noqa: F401 (build_part, part_entry, is_decoder_config: used from here)
-    EncoderConfig,
-    ModelConfig,
-    build_part,
-    checked_part,
-    is_decoder_config,
-    part_entry,
-)
+from sentemb.encoders.part_configs import EncoderConfig, ModelConfig, checked_part
 
 
 def attach_head(pooler: Any, head: Any) -> Any:

@@ -16,9 +16,11 @@ from typing import Any
 
 import torch
 
+import sentemb.losses  # noqa: F401 (the losses register: a checkpoint's loss is read by its name)
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.file_values import Shape, checked
 from sentemb.common.parts import KINDS, named_by_path, unknown_part
+from sentemb.encoders import heads, models, poolings  # noqa: F401 (importing a package registers its parts)
 
 # types beyond torch's weights-only set that sentemb checkpoints hold: none (rng_states keeps numpy's state as tensors)
 SAFE_GLOBALS: list[Any] = []
@@ -111,7 +113,27 @@ def read_checkpoint(path: str | Path, key: str = "checkpoint", mmap: bool = Fals
     # its configs are data: plain values, `_target_`s only where a part or a record of training stands
     checked(checkpoint["hyper_parameters"], f"{named} (hyper_parameters)", HPARAMS_SHAPE, CHECKPOINT_FIX)
     checked(checkpoint.get("base_model"), f"{named} (base_model)", BASE_SHAPE, CHECKPOINT_FIX)
+    try:  # its parts by today's registry names (a checkpoint written before them names Python paths)
+        checkpoint["hyper_parameters"] = current_hparams(checkpoint["hyper_parameters"])
+    except SentembConfigError as err:
+        raise SentembConfigError(f"{named}: {err}") from None
     return checkpoint
+
+
+def current_hparams(hparams: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's hyper-parameters with every part config read by `current_part` (model loaders, pooling, head,
+    loss); the optimizer and scheduler are torch's and transformers' and keep their `_target_`."""
+    hparams = dict(hparams)
+    model = hparams.get("model")
+    if isinstance(model, dict):
+        hparams["model"] = {
+            **model,
+            **{part: current_part(f"model.{part}", model[part]) for part in ("backbone", "tokenizer") if part in model},
+        }
+    for kind in ("pooling", "head", "loss"):
+        if hparams.get(kind):
+            hparams[kind] = current_part(kind, hparams[kind])
+    return hparams
 
 
 def what_it_names(path: Path, err: Exception) -> str:

@@ -12,58 +12,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from omegaconf import DictConfig, OmegaConf
+
 from sentemb.common.errors import SentembConfigError
-from sentemb.common.hydra_plumbing import resolved_container
-from sentemb.common.parts import DECODERS, Part, lookup, names
+from sentemb.common.parts import DECODERS, Part, PartConfig, names, part_config
 from sentemb.encoders.checkpoint import current_part, model_label
 from sentemb.encoders.models.adapters import check_adapter
 from sentemb.encoders.models.backbones import check_backbone_options
 from sentemb.encoders.models.decoders import check_decoder_options
 
 
-def plain_value(value: Any) -> bool:
-    """A JSON-like value with no `_target_` anywhere inside (nothing in it names code to build)."""
-    if isinstance(value, dict):
-        return "_target_" not in value and all(isinstance(k, str) and plain_value(v) for k, v in value.items())
-    if isinstance(value, list | tuple):
-        return all(plain_value(v) for v in value)
-    return value is None or isinstance(value, str | int | float | bool)
-
-
-@dataclass(frozen=True)
-class PartConfig:
-    """A checked part config: its registry entry and its plain options."""
-
-    entry: Part
-    options: dict[str, Any]
-
-    @property
-    def name(self) -> str:
-        return self.entry.name
-
-    def build(self, **extra: Any) -> Any:
-        """The part, called with its options and `extra`; an option it does not take is named with the fix."""
-        try:
-            return self.entry.build(**self.options, **extra)
-        except TypeError as err:  # an option the class does not take: named, as Hydra's instantiate would not
-            fix = "Fix: remove the option or correct its name"
-            raise SentembConfigError(f"{self.entry.kind}={self.name}: {err}. {fix}") from None
+def plain(node: Any) -> Any:
+    """A config node as plain containers (an OmegaConf node resolved; anything else as it is)."""
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
 
 
 def checked_part(kind: str, node: Any) -> PartConfig:
     """A `kind` part config (`{name: <registered name>, option: value, ...}`; an old `_target_` path is read by
     `current_part`) as a `PartConfig`, else refused naming the key and the names it may be. Nothing is built or
     imported."""
-    node = current_part(kind, resolved_container(node))
-    entry = lookup(kind, node.get("name") if isinstance(node, dict) else None)
-    options = {name: value for name, value in node.items() if name != "name"}
-    odd = [name for name, value in options.items() if name.startswith("_") or not plain_value(value)]
-    if odd:
-        raise SentembConfigError(
-            f"{kind}.{odd[0]}: sentemb builds {kind} parts from plain options only (no `_` keys, no nested "
-            f"`_target_`): refused, nothing was run. Fix: remove {kind}.{odd[0]}"
-        )
-    return PartConfig(entry, options)
+    return part_config(kind, current_part(kind, plain(node)))
 
 
 def build_part(kind: str, node: Any, **extra: Any) -> Any:
@@ -108,7 +76,7 @@ class ModelConfig:
 
     @classmethod
     def checked(cls, model: dict[str, Any]) -> ModelConfig:
-        model = resolved_container(model)
+        model = plain(model)
         config = cls(
             raw=model,
             backbone=checked_part("model.backbone", model.get("backbone")),
@@ -121,10 +89,13 @@ class ModelConfig:
             init_from=model.get("init_from"),
             bidirectional=model.get("bidirectional"),
         )
-        if config.decoder:
-            check_decoder_options(model)
-        check_backbone_options(config.dropout, config.trainable_layers)
         return config
+
+    def check_options(self) -> None:
+        """A decoder's attention and padding options, the dropout and trainable layers."""
+        if self.decoder:
+            check_decoder_options(self.raw)
+        check_backbone_options(self.dropout, self.trainable_layers)
 
 
 def check_part_fits(part: PartConfig | None, model: ModelConfig) -> None:
@@ -163,9 +134,10 @@ class EncoderConfig:
             model=ModelConfig.checked(model),
             pooling=checked_part("pooling", pooling),
             head=checked_part("head", head) if head else None,
-            adapter=resolved_container(adapter) or None,
+            adapter=plain(adapter) or None,
         )
         check_part_fits(config.pooling, config.model)
         check_part_fits(config.head, config.model)
         check_adapter(config.adapter)
+        config.model.check_options()
         return config

@@ -14,7 +14,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from sentemb.common.errors import SentembConfigError
-from sentemb.common.parts import lookup
+from sentemb.common.parts import part_config
 from sentemb.common.paths import CONF_DIR
 
 LOSS_CONF_DIR = CONF_DIR / "loss"
@@ -28,7 +28,7 @@ def available() -> list[str]:
 def loss_config(name: str, **overrides: Any) -> DictConfig:
     """conf/loss/<name>.yaml with `overrides` merged in; unknown names and keys are config errors."""
     path = LOSS_CONF_DIR / f"{name}.yaml"
-    if not path.is_file():
+    if name not in available():  # a name, never a path (a checkpoint's weighted-sum term names one)
         raise SentembConfigError(f"no loss named {name!r} (looked for {path}). Choose one of: {', '.join(available())}")
     config = OmegaConf.load(path)
     unknown = sorted(set(overrides) - set(config) - {"name"})
@@ -44,11 +44,5 @@ def build(name: str, **overrides: Any) -> Any:
 
 
 def build_loss(config: dict[str, Any]) -> Any:
-    """The objective a loss config names (`{name: <registered loss>, field: value, ...}`), built with its fields; a
-    field the loss does not take is named with the fix."""
-    fields = {key: value for key, value in config.items() if key != "name"}
-    entry = lookup("loss", config.get("name"))
-    try:
-        return entry.build(**fields)
-    except TypeError as err:  # a field the class does not take
-        raise SentembConfigError(f"loss={entry.name}: {err}. Fix: remove the field or correct its name") from None
+    """The objective a loss config names (`{name: <registered loss>, field: value, ...}`), built with its fields."""
+    return part_config("loss", config).build()

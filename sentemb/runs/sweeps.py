@@ -266,6 +266,8 @@ def sqlite_storage(directory: str) -> str:
 # nor a key with a `_` part (`loss._target_`, `optimizer._partial_`: Hydra's instructions of what to build)
 NOT_FROM_SWEEP = ("hydra", "paths", "ckpt_path", "from_sweep", "auto_resume", "ddp_worker", "logger", "callbacks")
 WINNER_FIX = "Fix: pass the values you want on the command line instead of from_sweep="
+# the config nodes that are parts: their `name` says which registered part is built, which a winner never changes
+PART_KEYS = ("loss", "pooling", "head", "model.backbone", "model.tokenizer")
 
 
 def apply_sweep_winner(cfg: DictConfig) -> list[str]:
@@ -286,7 +288,8 @@ def apply_sweep_winner(cfg: DictConfig) -> list[str]:
             continue
         # the one rule for values read from files: plain, no interpolation, no `_target_`, at any depth
         checked(override.value(), f"from_sweep={source} (its winner's {RECORD_NAME} files)", Shape(), WINNER_FIX)
-        if key.split(".", 1)[0] in NOT_FROM_SWEEP or any(part.startswith("_") for part in key.split(".")):
+        names_a_part = key.endswith(".name") and key.rsplit(".", 1)[0] in PART_KEYS  # which part, not its values
+        if key.split(".", 1)[0] in NOT_FROM_SWEEP or names_a_part or any(p.startswith("_") for p in key.split(".")):
             raise SentembConfigError(
                 f"from_sweep={source}: its winner sets {key}, which a sweep record may not set (it names files, code "
                 f"or how sentemb runs, not a hyper-parameter). {WINNER_FIX}"

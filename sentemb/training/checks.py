@@ -75,13 +75,14 @@ def check_parts(cfg: DictConfig) -> None:
         raise SentembConfigError("loss: no objective configured. Fix: pick one, e.g. loss=infonce")
     choices = OmegaConf.select(cfg, "hydra.runtime.choices") or {}
     loss = checked_part("loss", cfg.loss)
-    # once: every part registered with plain options, the pooling and head fit the backbone, adapter options
-    parts = EncoderConfig.checked(cfg.model, cfg.pooling, cfg.get("head"), cfg.get("adapter"))
     # a stray field (a sweep's loss.m on InfoNCE) named before the constructor's TypeError
-    for group, part in (("loss", loss), ("pooling", parts.pooling), ("head", parts.head)):
-        if part is not None:
-            check_fields(cfg[group], group, part.entry.build, choices.get(group))
+    for group in ("pooling", "head"):
+        if cfg.get(group):
+            check_fields(cfg[group], group, checked_part(group, cfg[group]).entry.build, choices.get(group))
+    check_fields(cfg.loss, "loss", loss.entry.build, choices.get("loss"))
     loss.build()  # each objective validates its own hyper-parameters (e.g. τ > 0)
+    # every part registered with plain options, the pooling and head fit the backbone, adapter and model options
+    parts = EncoderConfig.checked(cfg.model, cfg.pooling, cfg.get("head"), cfg.get("adapter"))
     heads = parts.pooling.options.get("num_heads")  # the latent pooling's heads must divide the width: a toy width
     toy = TOY_SIZE * heads if isinstance(heads, int) and not isinstance(heads, bool) and heads > 0 else TOY_SIZE
     pooling = parts.pooling.build(hidden_size=toy)  # template, MLP options

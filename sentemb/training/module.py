@@ -22,9 +22,10 @@ from omegaconf import DictConfig
 
 from sentemb.common.errors import SentembConfigError, TrainingDiverged
 from sentemb.common.hydra_plumbing import resolved_container
-from sentemb.encoders.build import build_encoder, build_part, checked_part
+from sentemb.encoders.build import build_encoder
 from sentemb.encoders.checkpoint import read_checkpoint
 from sentemb.encoders.models.adapters import is_adapted
+from sentemb.encoders.part_configs import build_part, checked_part
 from sentemb.encoders.poolings.base import TrainingViews
 from sentemb.losses import LossOutput
 from sentemb.losses.base import LazyStats
@@ -280,7 +281,7 @@ def check_built_targets(hparams: Mapping[str, Any], named: str) -> None:
         target = node.get("_target_") if isinstance(node, Mapping) else None
         if node and not (isinstance(target, str) and names.fullmatch(target)):
             raise SentembConfigError(
-                f"{named}: {part}._target_={target!r} is not one of sentemb's objectives, torch's optimizers or the "
+                f"{named}: {part}._target_={target!r} is not one of torch's optimizers or the "
                 "schedules of transformers and torch: refused, nothing was built. Fix: load the encoder alone "
                 "(sentemb.encoders.build.load_checkpoint_encoder), or a checkpoint written by sentemb.train"
             )

@@ -1,6 +1,6 @@
 """The one table of model families (transformers' `model_type`): what sentemb must know of each.
 
-Loaders, padding-free packing, the presets' checks and the tests all read this table; a family not
+Loaders, padding-free packing, the position limits and the tests all read this table; a family not
 in it still loads (through AutoModel), with padding-free encoding off. Adding a decoder family is one
 `register_family(Family(...))` row (its tiny random model then builds from `config_class`).
 """
@@ -25,7 +25,6 @@ class Family:
     position_offset: bool = False  # numbers positions from pad_token_id + 1 (RoBERTa), not from 0
     bos_first: bool = False  # its tokenizer puts BOS before every sequence (the tiny tokenizer does the same)
     eager_only: bool = False  # its attention has terms SDPA does not compute (logit soft-capping): eager only
-    padding_side: str = "right"  # the side its presets pad on (decoders: left, so the last real token ends each row)
 
 
 FAMILIES: dict[str, Family] = {}
@@ -43,13 +42,13 @@ for row in (
     Family("roberta", decoder=False, position_offset=True),
     Family("xlm-roberta", decoder=False, position_offset=True, padding_free=False),
     Family("camembert", decoder=False, position_offset=True, padding_free=False),
-    Family("llama", decoder=True, config_class=LlamaConfig, bos_first=True, padding_side="left"),
-    Family("mistral", decoder=True, config_class=MistralConfig, bos_first=True, padding_side="left"),
-    Family("qwen2", decoder=True, config_class=Qwen2Config, padding_side="left"),
-    Family("qwen3", decoder=True, config_class=Qwen3Config, padding_side="left"),
-    Family("gemma", decoder=True, config_class=GemmaConfig, bos_first=True, padding_side="left"),
-    Family("gemma2", decoder=True, eager_only=True, padding_free=False, bos_first=True, padding_side="left"),
-    Family("gemma3_text", decoder=True, eager_only=True, padding_free=False, bos_first=True, padding_side="left"),
+    Family("llama", decoder=True, config_class=LlamaConfig, bos_first=True),
+    Family("mistral", decoder=True, config_class=MistralConfig, bos_first=True),
+    Family("qwen2", decoder=True, config_class=Qwen2Config),
+    Family("qwen3", decoder=True, config_class=Qwen3Config),
+    Family("gemma", decoder=True, config_class=GemmaConfig, bos_first=True),
+    Family("gemma2", decoder=True, eager_only=True, padding_free=False, bos_first=True),
+    Family("gemma3_text", decoder=True, eager_only=True, padding_free=False, bos_first=True),
 ):
     register_family(row)
 

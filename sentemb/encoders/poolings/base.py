@@ -177,11 +177,13 @@ class Pooling(TrainingHooks, HeadHooks, ServingHooks, nn.Module):
 
 
 class AroundPooling(Pooling):
-    """A head that keeps its pooling's sentence vector and adds a training term of its own (MNTP): `build_encoder`
-    calls `around(pooling)`, and `prepare`, `forward`, `contrastive_weight` and the other training hooks go to the
-    pooling inside unless the head overrides them (typically `training_views`, to add an auxiliary (weight, loss)
-    term). Its head and serving hooks stay the defaults: such a head declares `export=TRAINS_ONLY`, and an export
-    serves the pooling inside without it (export.py's `inference_parts`)."""
+    """A head that keeps its pooling's sentence vector and adds a training term of its own (MNTP).
+
+    `build_encoder` calls `around(pooling)`; `prepare`, `forward`, `contrastive_weight` and the training hooks go to
+    the pooling inside unless the head overrides them (typically `training_views`, to add an auxiliary (weight,
+    loss) term; `auxiliary_terms` is left to the inner pooling's own `training_views`). Its head and serving hooks
+    stay the defaults: such a head declares `export=TRAINS_ONLY`, and an export serves the pooling inside without it
+    (export.py's `inference_parts`)."""
 
     wraps_pooling = True  # build_encoder calls `around(pooling)`: the pooling's vector stays the embedding
 

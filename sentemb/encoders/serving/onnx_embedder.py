@@ -98,7 +98,7 @@ class OnnxEncoder:
         self.tokenizer.no_truncation()
         self.inputs = [i.name for i in self.session.get_inputs()]
         self.dimension = int(self.recipe["dimension"])
-        self.pooling = self.recipe.get("pooling", "?")  # the pooling inside the graph (its sentemb class)
+        self.pooling = self.recipe.get("pooling", "?")  # the pooling inside the graph (its registry name)
 
     def rows(self, sentences: Sequence[str], max_length: int | None = None) -> list[list[int]]:
         """The graph's input ids of each sentence, before padding; tokenised with truncation to `max_length`."""

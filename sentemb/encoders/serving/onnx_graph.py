@@ -21,8 +21,9 @@ import torch
 from torch import nn
 
 from sentemb.common.errors import SentembConfigError
-from sentemb.encoders.build import part_entry
+from sentemb.common.parts import declared_part
 from sentemb.encoders.encoder import SentenceEncoder
+from sentemb.encoders.part_configs import part_entry
 from sentemb.encoders.serving import onnx_embedder
 from sentemb.encoders.serving.onnx_embedder import FORMAT, RECIPE
 
@@ -83,7 +84,7 @@ def serving_recipe(encoder: SentenceEncoder, graphs: dict[str, str], dimension: 
         "graphs": graphs,
         "output": GRAPH_OUTPUTS[0],
         "dimension": dimension,
-        "pooling": f"{type(encoder.pooling).__module__}.{type(encoder.pooling).__name__}",
+        "pooling": getattr(declared_part(encoder.pooling), "name", type(encoder.pooling).__name__),
         "padding_side": rows.pop("padding_side", tokenizer.padding_side),
         "truncation_side": tokenizer.truncation_side,
         "pad_token_id": tokenizer.pad_token_id,
