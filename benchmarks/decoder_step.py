@@ -134,6 +134,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     from sentemb.common.paths import CONF_DIR
     from sentemb.encoders.models.adapters import base_model, is_adapted
     from sentemb.encoders.models.padding_free import worth_packing
+    from sentemb.encoders.part_configs import build_part
     from sentemb.training.checks import prepare_run
     from sentemb.training.module import SentembModule
     from sentemb.training.trainer import build_trainer
@@ -174,7 +175,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = compose_config(CONF_DIR, "train", overrides(args, args.child), output_dir=Path(tmp))
         prepare_run(cfg)
-        datamodule = instantiate(cfg.data, tokenizer=instantiate(cfg.model.tokenizer))
+        datamodule = instantiate(cfg.data, tokenizer=build_part("model.tokenizer", cfg.model.tokenizer))
         L.seed_everything(cfg.seed)
         datamodule.setup("fit")
         loader = iter(datamodule.train_dataloader())

@@ -58,6 +58,7 @@ def child(args: argparse.Namespace) -> dict:
 
     from sentemb.common.hydra_plumbing import compose_config
     from sentemb.common.paths import CONF_DIR
+    from sentemb.encoders.part_configs import build_part
     from sentemb.training.checks import prepare_run
     from sentemb.training.module import SentembModule
 
@@ -65,7 +66,7 @@ def child(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = compose_config(CONF_DIR, "train", [f"data.batch_size={args.batch}"], output_dir=Path(tmp))
         prepare_run(cfg)
-        datamodule = instantiate(cfg.data, tokenizer=instantiate(cfg.model.tokenizer))
+        datamodule = instantiate(cfg.data, tokenizer=build_part("model.tokenizer", cfg.model.tokenizer))
         datamodule.setup("fit")
         loader = iter(datamodule.train_dataloader())
         big = [dict(next(loader)) for _ in range(args.warmup + args.steps)]

@@ -61,6 +61,7 @@ from rows import row, write_rows  # noqa: E402
 
 from sentemb.common.hydra_plumbing import compose_config  # noqa: E402
 from sentemb.common.paths import CONF_DIR  # noqa: E402
+from sentemb.encoders.part_configs import build_part  # noqa: E402
 from sentemb.runs.wandb_runs import finish_wandb  # noqa: E402
 from sentemb.training.checks import prepare_run  # noqa: E402
 from sentemb.training.module import SentembModule  # noqa: E402
@@ -72,7 +73,7 @@ def bare_loop(cfg, batches: list[dict], total_steps: int) -> tuple[list[float], 
     """SimCSE unsup written out in plain PyTorch; returns (step-end times, losses)."""
     torch.use_deterministic_algorithms(False)  # plain PyTorch defaults (Lightning may have switched them on)
     L.seed_everything(cfg.seed, workers=True)
-    backbone = instantiate(cfg.model.backbone)
+    backbone = build_part("model.backbone", cfg.model.backbone)
     mlp = nn.Sequential(nn.Linear(backbone.config.hidden_size, backbone.config.hidden_size), nn.Tanh())
     params = list(backbone.parameters()) + list(mlp.parameters())
     optimizer = torch.optim.AdamW(params, lr=cfg.optimizer.lr, weight_decay=0.0)
@@ -233,7 +234,7 @@ def main() -> int:
         }
         cfg = configs[PADDED]
         prepare_run(cfg)
-        datamodule = instantiate(cfg.data, tokenizer=instantiate(cfg.model.tokenizer))
+        datamodule = instantiate(cfg.data, tokenizer=build_part("model.tokenizer", cfg.model.tokenizer))
         L.seed_everything(cfg.seed)
         datamodule.setup("fit")
         loader = iter(datamodule.train_dataloader())
