@@ -5,7 +5,8 @@ What you can run (each module at this level is one command):
     python -m sentemb.train          train an encoder; conf/train.yaml, any group=option or key=value
     python -m sentemb.evaluate       SentEval's STS and transfer tasks for a checkpoint or any HF model
     python -m sentemb.export         a sentence-transformers folder (with a model card) from a checkpoint
-    python -m sentemb.sweep_report   a sweep's table, figures and winner from its multirun folder
+    python -m sentemb.sweep_report   a sweep's table, figures, winner and paired t-tests from its multirun folder
+    python -m sentemb.compare        two models or configurations per STS task: intervals, paired tests, Holm
     python -m sentemb.analysis       the paradigm paper's simulated component maps (Figures 2-4)
     python -m sentemb.download       the full wiki1m corpus and SentEval data into ./data (make data)
     python -m sentemb.mteb_sts       MTEB's English STS tasks on an exported folder (make mteb)

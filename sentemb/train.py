@@ -24,7 +24,6 @@ from sentemb.common.hydra_plumbing import instantiate_checked, resolved_containe
 from sentemb.common.paths import CONF_DIR
 from sentemb.common.process import configure_process
 from sentemb.encoders.build import check_loaded_length
-from sentemb.eval.sts import STSBenchmark
 from sentemb.runs.lifecycle import run_job
 from sentemb.training.callbacks import STSBDevEvaluation
 from sentemb.training.checkpoints import raise_if_preempted
@@ -40,9 +39,8 @@ def train(cfg: DictConfig, before_build: Callable[[DictConfig], None] | None = N
     W&B run id its checkpoints keep set), taken once the checks passed and the STS-B splits were read.
     """
     prepare_run(cfg)
-    # reads STS-B dev now, so a bad path fails before the model is loaded
+    # reads STS-B dev and the test tasks scored after training now, so a bad path fails before the model is loaded
     dev_eval: STSBDevEvaluation = instantiate_checked(cfg.eval)
-    test_split = STSBenchmark(Path(cfg.eval.stsb_dir), splits=("test",))  # scored after training, read now
     if before_build is not None:
         before_build(cfg)
     L.seed_everything(cfg.seed, workers=True)
@@ -57,7 +55,7 @@ def train(cfg: DictConfig, before_build: Callable[[DictConfig], None] | None = N
 
     trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"), weights_only=True)  # nothing runs
     raise_if_preempted(trainer)
-    return report_best(trainer, dev_eval, test_split)
+    return report_best(trainer, dev_eval, Path(cfg.paths.output_dir))
 
 
 @checked_command_line  # an unquoted non-ASCII override: named with its fix, before Hydra's lexer

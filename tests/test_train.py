@@ -9,6 +9,7 @@ import re
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -20,8 +21,10 @@ from sentemb.common.metric_names import (
     DEV_SPEARMAN_FINAL,
     FINAL_STEP,
     TEST_SPEARMAN,
+    interval_names,
 )
-from sentemb.eval.sts import STSBenchmark
+from sentemb.eval.bootstrap import Resampling
+from sentemb.eval.sts import STSBenchmark, correlations, read_stsb_split
 from sentemb.runs.offline_wandb import config_and_history
 from sentemb.runs.wandb_runs import finish_wandb
 from sentemb.train import train
@@ -95,10 +98,20 @@ def test_final_report_repeats_the_logged_dev_score_exactly(tiny_overrides, tmp_p
     assert [float(r[DEV_SPEARMAN_BEST_RESCORED]) for r in rows if r.get(DEV_SPEARMAN_BEST_RESCORED)] == [logged]
 
     printed = re.search(
-        r"STS-B dev Spearman \(best, step (\d+)\): (\S+)   \[logged during training: (\S+)\]", capsys.readouterr().out
+        r"STS-B dev Spearman \(best, step (\d+)\): (\S+) \[(\S+), (\S+)\]   \(logged during training: (\S+)\)",
+        capsys.readouterr().out,
     )
     assert printed and int(printed[1]) == metrics[BEST_STEP]
-    assert printed[2] == printed[3] == f"{logged:.4f}"
+    assert printed[2] == printed[5] == f"{logged:.4f}"
+    low, high = (metrics[name] for name in interval_names(DEV_SPEARMAN_BEST_RESCORED))
+    assert (printed[3], printed[4]) == (f"{low:.2f}", f"{high:.2f}") and low < logged < high
+
+    # the cosines the scores came from, kept for sentemb.compare: the same numbers again, and the same intervals
+    stored = np.load(tmp_path / "similarities.npz", allow_pickle=False)
+    test = read_stsb_split(Path(cfg.eval.stsb_dir) / "sts-test.csv")
+    assert correlations(stored["cosine/STSBenchmark/test"], test.gold)["spearman"] == metrics[TEST_SPEARMAN]
+    interval = Resampling().spearman(stored["cosine/STSBenchmark/dev"], dev_only_gold(cfg))
+    assert (interval.low, interval.high) == (low, high)
 
     reloaded = SentembModule.load_from_checkpoint(metrics["best_checkpoint"], map_location="cpu", weights_only=True)
     dev_only = STSBenchmark(Path(cfg.eval.stsb_dir), splits=("dev",))
@@ -107,6 +120,10 @@ def test_final_report_repeats_the_logged_dev_score_exactly(tiny_overrides, tmp_p
     assert offline == logged
     # each split is encoded on its own sentences: adding the test split leaves dev's computation unchanged
     assert both.evaluate(reloaded.encoder, batch_size=cfg.eval.batch_size)["dev"]["spearman"] == logged
+
+
+def dev_only_gold(cfg) -> np.ndarray:
+    return read_stsb_split(Path(cfg.eval.stsb_dir) / "sts-dev.csv").gold
 
 
 def test_final_report_warns_when_the_checkpoint_no_longer_scores_the_logged_dev(tiny_overrides, tmp_path, monkeypatch):
@@ -153,7 +170,7 @@ def test_without_a_checkpoint_callback_the_final_weights_are_scored_and_named_so
     out = capsys.readouterr().out
     assert f"STS-B dev Spearman (final weights, step 4): {logged[4]:.4f}" in out
     best_step = max(logged, key=logged.get)
-    assert f"[best logged during training: {logged[best_step]:.4f} at step {best_step}]" in out
+    assert f"(best logged during training: {logged[best_step]:.4f} at step {best_step})" in out
     assert f"STS-B test Spearman (final weights):    {metrics[TEST_SPEARMAN]:.4f}" in out
     assert "the final weights were scored, not the best" in out
 

@@ -8,9 +8,11 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedKFold, cross_val_score
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.eval.bootstrap import Resampling
 from sentemb.eval.transfer import (
     KFOLD_C,
     SEED,
+    held_out_interval,
     inner_kfold,
     kfold_then_test,
     mrpc_features,
@@ -63,20 +65,37 @@ def test_kfold_then_test_matches_an_independent_selection():
 def test_split_validation_chooses_c_on_dev():
     train, dev, test = noisy_blobs(80, 2), noisy_blobs(40, 3), noisy_blobs(40, 4)
     cs = (1e-4, 1.0)
-    result = split_validation(train, dev, test, cs)
+    result, predicted = split_validation(train, dev, test, cs)
     dev_scores = [round(100 * LogisticRegression(C=c, max_iter=1000).fit(*train).score(*dev), 2) for c in cs]
     chosen = cs[int(np.argmax(dev_scores))]
     # exact: the same scikit-learn fits on the same arrays, as above
     assert result["devacc"] == max(dev_scores)
     assert result["acc"] == round(100 * LogisticRegression(C=chosen, max_iter=1000).fit(*train).score(*test), 2)
+    assert np.array_equal(predicted, LogisticRegression(C=chosen, max_iter=1000).fit(*train).predict(test[0]))
 
 
 def test_inner_kfold_on_separable_and_on_random_labels():
     x, y = noisy_blobs(100, 5, separation=10.0)
-    assert inner_kfold(x, y, 5, (1.0,)) == {"devacc": 100.0, "acc": 100.0}
+    separable = inner_kfold(x, y, 5, (1.0,))
+    assert (separable["devacc"], separable["acc"], separable["folds"]) == (100.0, 100.0, [100.0] * 5)
+    assert separable["interval"] == {"estimate": 100.0, "low": 100.0, "high": 100.0}  # no spread over folds
     rng = np.random.default_rng(6)
     chance = inner_kfold(rng.normal(size=(200, 5)), rng.integers(0, 2, 200), 5, (0.25, 1.0))
     assert 30 < chance["acc"] < 70, "labels independent of the features: about chance"
+    # the t-interval of the outer folds' test accuracies (t_{4, 0.975} = 2.7764)
+    half = 2.7764451051977987 * np.std(chance["folds"], ddof=1) / np.sqrt(5)
+    assert chance["interval"]["low"] == pytest.approx(np.mean(chance["folds"]) - half)
+    assert chance["interval_kind"] == "t over 5 folds"
+
+
+def test_held_out_interval_resamples_the_test_examples():
+    labels = np.array([0, 1] * 100)
+    predicted = labels.copy()
+    predicted[:30] = 1 - predicted[:30]  # 85% correct
+    result = held_out_interval(predicted, labels, Resampling(resamples=1000, seed=3))
+    assert result["interval"]["estimate"] == pytest.approx(85.0)
+    assert result["interval"]["low"] < 85.0 < result["interval"]["high"]
+    assert result["interval_kind"] == "bootstrap over 200 test examples"
 
 
 def test_mrpc_features_follow_senteval_or_concat():

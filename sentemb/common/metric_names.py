@@ -42,7 +42,27 @@ FINAL_STEP = "stsb/final_step"
 TEST_SPEARMAN = "stsb/test/spearman"
 TEST_PEARSON = "stsb/test/pearson"
 
+# after training, with eval.test_tasks naming them: STS12–16 ('all' over the test subsets) and SICK-R test of the
+# weights scored (STS-B test is TEST_SPEARMAN)
+STS_TEST_SPEARMAN = "sts/{task}/spearman"
+# each number scored after training has its 95% bootstrap interval beside it: <name>_ci_low, <name>_ci_high
+CI_SUFFIXES = ("_ci_low", "_ci_high")
+
+
+def interval_names(name: str) -> tuple[str, str]:
+    """The names of the bounds of `name`'s 95% bootstrap interval."""
+    return f"{name}{CI_SUFFIXES[0]}", f"{name}{CI_SUFFIXES[1]}"
+
+
+def sts_test_metric(task: str) -> str:
+    """The metric of an STS task's test score after training (STS-B: TEST_SPEARMAN)."""
+    return TEST_SPEARMAN if task == "STSBenchmark" else STS_TEST_SPEARMAN.format(task=task)
+
+
+SCORED_AFTER_TRAINING = (DEV_SPEARMAN_BEST_RESCORED, DEV_SPEARMAN_FINAL, TEST_SPEARMAN)
+
 METRIC_NAMES = (
+    *(bound for name in SCORED_AFTER_TRAINING for bound in interval_names(name)),
     DEV_SPEARMAN,
     DEV_PEARSON,
     DEV_SPEARMAN_INITIAL,

@@ -20,6 +20,7 @@ import numpy as np
 from scipy.stats import pearsonr, spearmanr
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.eval.bootstrap import Interval, Resampling
 from sentemb.eval.cache import EmbeddingCache
 
 STS_YEARS = {
@@ -162,15 +163,19 @@ def correlations(predicted: np.ndarray, gold: np.ndarray) -> dict[str, float]:
 Embed = Callable[[list[str]], np.ndarray]
 
 
-def score_sts_task(subsets: dict[str, SentencePairs], embed: Embed) -> dict:
+def sts_similarities(subsets: dict[str, SentencePairs], embed: Embed) -> dict[str, np.ndarray]:
+    """{subset or split: the cosine of each pair's two embeddings}."""
+    return {name: pairwise_cosine(embed(pairs.first), embed(pairs.second)) for name, pairs in subsets.items()}
+
+
+def score_similarities(subsets: dict[str, SentencePairs], similarities: dict[str, np.ndarray]) -> dict:
     """Per-subset Pearson/Spearman/n and SentEval's aggregates over subsets: all (pooled), mean, wmean."""
-    per_subset, predicted, gold = {}, [], []
-    for name, pairs in subsets.items():
-        cosines = pairwise_cosine(embed(pairs.first), embed(pairs.second))
-        per_subset[name] = {**correlations(cosines, pairs.gold), "n": len(pairs.gold)}
-        predicted.append(cosines)
-        gold.append(pairs.gold)
-    pooled = correlations(np.concatenate(predicted), np.concatenate(gold))
+    per_subset = {
+        name: {**correlations(similarities[name], pairs.gold), "n": len(pairs.gold)} for name, pairs in subsets.items()
+    }
+    pooled = correlations(
+        np.concatenate([similarities[name] for name in subsets]), np.concatenate([p.gold for p in subsets.values()])
+    )
     weights = [scores["n"] for scores in per_subset.values()]
     aggregate = {
         metric: {
@@ -181,6 +186,37 @@ def score_sts_task(subsets: dict[str, SentencePairs], embed: Embed) -> dict:
         for metric in ("pearson", "spearman")
     }
     return {"subsets": per_subset, "all": aggregate}
+
+
+def score_sts_task(subsets: dict[str, SentencePairs], embed: Embed) -> dict:
+    """`score_similarities` of the pairs as `embed` encodes them."""
+    return score_similarities(subsets, sts_similarities(subsets, embed))
+
+
+def interval_figures(task: str, subsets: dict[str, SentencePairs]) -> dict[str, list[str]]:
+    """The figures that get an interval, each with the subsets it pools: STS12–16's 'all' (every subset, resampled
+    within each), and each scored split of STS-B and SICK-R."""
+    return {"all": list(subsets)} if task in STS_YEARS else {split: [split] for split in subsets}
+
+
+def sts_intervals(
+    task: str, subsets: dict[str, SentencePairs], similarities: dict[str, np.ndarray], result: dict,
+    resampling: Resampling,
+) -> dict[str, Interval]:  # fmt: skip
+    """{figure: Spearman ×100 with its bootstrap interval} for the figures of `interval_figures`; the estimates are
+    `result`'s own numbers (`score_similarities` of the same similarities)."""
+    intervals = {}
+    for figure, names in interval_figures(task, subsets).items():
+        estimate = result["all"]["spearman"]["all"] if figure == "all" else result["subsets"][figure]["spearman"]
+        predicted = np.concatenate([similarities[name] for name in names])
+        gold = np.concatenate([subsets[name].gold for name in names])
+        intervals[figure] = resampling.spearman(predicted, gold, [len(subsets[n].gold) for n in names], estimate)
+    return intervals
+
+
+def table_figure(task: str) -> str:
+    """Which figure of a task its table score is: 'all' for STS12–16, 'test' for STS-B and SICK-R."""
+    return "all" if task in STS_YEARS else "test"
 
 
 def table_score(task: str, result: dict) -> float | None:
@@ -205,11 +241,16 @@ class STSBenchmark:
             raise SentembConfigError(f"eval.splits: unknown STS-B split(s) {unknown}; valid: {list(STSB_SPLITS)}")
         self.pairs = {split: read_stsb_split(Path(directory) / f"sts-{split}.csv") for split in splits}
 
-    def evaluate(self, encoder, batch_size: int = 128, show_progress: bool = False) -> dict[str, dict[str, float]]:
-        """{split: {spearman, pearson}} for `encoder` (anything with SentenceEncoder.encode), split by split."""
-        scores = {}
+    def similarities(self, encoder, batch_size: int = 128, show_progress: bool = False) -> dict[str, np.ndarray]:
+        """{split: each pair's cosine} for `encoder` (anything with SentenceEncoder.encode), split by split."""
+        similarities = {}
         for split, pairs in self.pairs.items():
             cache = EmbeddingCache(encoder, batch_size=batch_size, show_progress=show_progress)
             cache.prefetch(pairs.first + pairs.second)  # this split's sentences only (see the class docstring)
-            scores[split] = correlations(pairwise_cosine(cache(pairs.first), cache(pairs.second)), pairs.gold)
-        return scores
+            similarities[split] = pairwise_cosine(cache(pairs.first), cache(pairs.second))
+        return similarities
+
+    def evaluate(self, encoder, batch_size: int = 128, show_progress: bool = False) -> dict[str, dict[str, float]]:
+        """{split: {spearman, pearson}} for `encoder`, split by split."""
+        similarities = self.similarities(encoder, batch_size, show_progress)
+        return {split: correlations(similarities[split], pairs.gold) for split, pairs in self.pairs.items()}

@@ -24,11 +24,25 @@ from sentemb.encoders.build import build_encoder, check_checkpoint_parts, encode
 from sentemb.encoders.checkpoint import model_label, read_checkpoint
 from sentemb.encoders.encoder import SentenceEncoder
 from sentemb.encoders.serving.onnx_embedder import RECIPE, OnnxEncoder
+from sentemb.eval.bootstrap import Resampling
 from sentemb.eval.cache import EmbeddingCache
 from sentemb.eval.figures import similarity_density_figure
 from sentemb.eval.geometry import alignment_uniformity
 from sentemb.eval.report import markdown_report
-from sentemb.eval.sts import STS_TASKS, load_sts_task, pairwise_cosine, score_sts_task, table_score
+from sentemb.eval.similarities import SIMILARITIES_NAME, write_similarities
+from sentemb.eval.sts import (
+    STS_TASKS,
+    Embed,
+    SentencePairs,
+    load_sts_task,
+    pairwise_cosine,
+    score_similarities,
+    sts_intervals,
+    sts_similarities,
+    table_figure,
+    table_score,
+)
+from sentemb.eval.timing import Stopwatch
 from sentemb.eval.transfer import TRANSFER_TASKS, check_mode, load_transfer_task, run_transfer_task, transfer_sentences
 
 TASK_GROUPS = {"sts": list(STS_TASKS), "transfer": list(TRANSFER_TASKS), "all": [*STS_TASKS, *TRANSFER_TASKS]}
@@ -138,37 +152,41 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
     if transfer_data:
         check_mode(cfg.mode)  # before the model loads
     figure_pairs = load_sts_task(senteval_dir, "STSBenchmark", ["test"])["test"] if cfg.figure else None
+    resampling = Resampling.from_settings(cfg.get("intervals"), "intervals")  # before the model loads
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device)
 
     encoder, source, _ = load_encoder(cfg, device, checkpoint)
+    clock = Stopwatch()
     cache = EmbeddingCache(encoder, batch_size=cfg.batch_size, max_length=cfg.max_length)
-    cache.prefetch(
-        [s for subsets in sts_data.values() for pairs in subsets.values() for s in pairs.first + pairs.second]
-        + [s for data in transfer_data.values() for s in transfer_sentences(data)]
-        + (figure_pairs.first + figure_pairs.second if figure_pairs else [])
-    )
+    with clock("encode"):
+        cache.prefetch(
+            [s for subsets in sts_data.values() for pairs in subsets.values() for s in pairs.first + pairs.second]
+            + [s for data in transfer_data.values() for s in transfer_sentences(data)]
+            + (figure_pairs.first + figure_pairs.second if figure_pairs else [])
+        )
 
     results: dict[str, Any] = {"source": source, "tasks": tasks, "sentences_encoded": len(cache)}
     if sts_data:
-        results["sts"] = {task: score_sts_task(subsets, cache) for task, subsets in sts_data.items()}
-        table = {task: table_score(task, result) for task, result in results["sts"].items()}
-        results["sts_table"] = {task: score for task, score in table.items() if score is not None}
+        results |= score_sts(sts_data, cache, resampling, clock)
+        write_similarities(output_dir / SIMILARITIES_NAME, sts_data, results.pop("similarities"))
     if cfg.align_uniform_split in sts_data.get("STSBenchmark", {}):
         pairs = sts_data["STSBenchmark"][cfg.align_uniform_split]
         results["alignment_uniformity"] = {"split": cfg.align_uniform_split, **alignment_uniformity(pairs, cache)}
 
     if transfer_data:
         results["transfer_mode"] = cfg.mode
-        results["transfer"] = {
-            task: run_transfer_task(task, data, cache, cfg.mode, cfg.jobs, cfg.mrpc_features)
-            for task, data in transfer_data.items()
-        }
+        with clock("transfer"):
+            results["transfer"] = {
+                task: run_transfer_task(task, data, cache, cfg.mode, cfg.jobs, cfg.mrpc_features, resampling)
+                for task, data in transfer_data.items()
+            }
     if figure_pairs:
         figure = output_dir / "stsb_test_similarity_density.png"
         output_dir.mkdir(parents=True, exist_ok=True)
         cosines = pairwise_cosine(cache(figure_pairs.first), cache(figure_pairs.second))
         counts = similarity_density_figure(cosines, figure_pairs.gold, figure, f"STS-B test: {describe(source)}")
         results["figure"] = {"path": str(figure), "pairs_per_bucket": counts}
+    results["timing_s"] = clock.seconds
     report = markdown_report(results)
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -176,6 +194,30 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
     print("\n" + report + f"\n(written to {output_dir}/results.json and results.md)")
     log_to_wandb(results, cfg, output_dir)
     return results
+
+
+def score_sts(
+    sts_data: dict[str, dict[str, SentencePairs]], embed: Embed, resampling: Resampling, clock: Stopwatch
+) -> dict[str, Any]:
+    """Each task's scores (`sts`), the table (`sts_table`) with its intervals (`sts_table_intervals`), the procedure
+    (`intervals`) and the cosines (`similarities`, for similarities.npz)."""
+    with clock("sts_scores"):
+        similarities = {task: sts_similarities(subsets, embed) for task, subsets in sts_data.items()}
+        sts = {task: score_similarities(subsets, similarities[task]) for task, subsets in sts_data.items()}
+    with clock("intervals"):
+        for task, subsets in sts_data.items():
+            figures = sts_intervals(task, subsets, similarities[task], sts[task], resampling)
+            sts[task]["intervals"] = {figure: interval.as_dict() for figure, interval in figures.items()}
+    table = {task: table_score(task, result) for task, result in sts.items()}
+    return {
+        "sts": sts,
+        "sts_table": {task: score for task, score in table.items() if score is not None},
+        "sts_table_intervals": {
+            task: sts[task]["intervals"][table_figure(task)] for task, score in table.items() if score is not None
+        },
+        "intervals": resampling.as_dict(),
+        "similarities": similarities,
+    }
 
 
 def describe(source: dict[str, Any]) -> str:
@@ -188,9 +230,13 @@ def describe(source: dict[str, Any]) -> str:
 def flat_metrics(results: dict[str, Any]) -> dict[str, float]:
     """eval/<task> table numbers, eval/<task>/<subset>_spearman, transfer accuracies, alignment/uniformity."""
     metrics = {f"eval/{task}": score for task, score in results.get("sts_table", {}).items()}
+    for task, interval in results.get("sts_table_intervals", {}).items():
+        metrics |= {f"eval/{task}_ci_low": interval["low"], f"eval/{task}_ci_high": interval["high"]}
     for task, result in results.get("sts", {}).items():
         metrics |= {f"eval/{task}/{name}_spearman": s["spearman"] for name, s in result["subsets"].items()}
-    metrics |= {f"eval/{task}_acc": r["acc"] for task, r in results.get("transfer", {}).items()}
+    for task, r in results.get("transfer", {}).items():
+        metrics |= {f"eval/{task}_acc": r["acc"]}
+        metrics |= {f"eval/{task}_acc_ci_low": r["interval"]["low"], f"eval/{task}_acc_ci_high": r["interval"]["high"]}
     au = results.get("alignment_uniformity", {})
     metrics |= {f"eval/{key}": au[key] for key in ("alignment", "uniformity") if key in au}
     return metrics

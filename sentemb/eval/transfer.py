@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from joblib import Parallel, delayed
@@ -24,6 +25,8 @@ from sklearn.metrics import f1_score
 from sklearn.model_selection import StratifiedKFold
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.eval.bootstrap import Resampling
+from sentemb.eval.significance import t_interval
 
 TRANSFER_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
 BINARY_FILES = {
@@ -135,15 +138,23 @@ def _cv_mean_accuracy(x, y, k, cs, jobs) -> list[float]:
     return [round(100 * float(np.mean(row)), 2) for row in per_c]
 
 
-def inner_kfold(x: np.ndarray, y: np.ndarray, k: int, cs: tuple[float, ...], jobs: int = 1) -> dict[str, float]:
-    """MR/CR/SUBJ/MPQA: outer k folds; C chosen by an inner k-fold on each outer training part."""
+def inner_kfold(x: np.ndarray, y: np.ndarray, k: int, cs: tuple[float, ...], jobs: int = 1) -> dict[str, Any]:
+    """MR/CR/SUBJ/MPQA: outer k folds; C chosen by an inner k-fold on each outer training part. `interval`: the
+    t-interval of the mean over the outer folds' test accuracies (the papers' std over folds, as an interval)."""
     dev, test = [], []
     for train, held_out in StratifiedKFold(n_splits=k, shuffle=True, random_state=SEED).split(x, y):
         scores = _cv_mean_accuracy(x[train], y[train], k, cs, jobs)
         best = int(np.argmax(scores))
         dev.append(scores[best])
         test.append(round(100 * _fit(x[train], y[train], cs[best]).score(x[held_out], y[held_out]), 2))
-    return {"devacc": round(float(np.mean(dev)), 2), "acc": round(float(np.mean(test)), 2)}
+    interval = t_interval(test)
+    return {
+        "devacc": round(float(np.mean(dev)), 2),
+        "acc": round(float(np.mean(test)), 2),
+        "folds": test,
+        "interval": interval.as_dict(),
+        "interval_kind": f"t over {k} folds",
+    }
 
 
 def kfold_then_test(train_x, train_y, test_x, test_y, k, cs, jobs=1) -> tuple[dict[str, float], np.ndarray]:
@@ -155,13 +166,20 @@ def kfold_then_test(train_x, train_y, test_x, test_y, k, cs, jobs=1) -> tuple[di
     return {"devacc": scores[best], "acc": round(100 * float(np.mean(predicted == test_y)), 2)}, predicted
 
 
-def split_validation(train, dev, test, cs, jobs=1) -> dict[str, float]:
+def split_validation(train, dev, test, cs, jobs=1) -> tuple[dict[str, float], np.ndarray]:
     """SST-2: C chosen on dev, the classifier trained on train scored on test."""
     (train_x, train_y), (dev_x, dev_y), (test_x, test_y) = train, dev, test
     models = Parallel(n_jobs=jobs)(delayed(_fit)(train_x, train_y, c) for c in cs)
     scores = [round(100 * m.score(dev_x, dev_y), 2) for m in models]
     best = int(np.argmax(scores))
-    return {"devacc": scores[best], "acc": round(100 * models[best].score(test_x, test_y), 2)}
+    predicted = models[best].predict(test_x)
+    return {"devacc": scores[best], "acc": round(100 * float(np.mean(predicted == test_y)), 2)}, predicted
+
+
+def held_out_interval(predicted: np.ndarray, labels: np.ndarray, resampling: Resampling) -> dict[str, Any]:
+    """SST-2, TREC, MRPC (one test set, no folds): the bootstrap interval of test accuracy over the test examples."""
+    interval = resampling.accuracy(predicted == labels)
+    return {"interval": interval.as_dict(), "interval_kind": f"bootstrap over {len(labels)} test examples"}
 
 
 def mrpc_features(a: np.ndarray, b: np.ndarray, kind: str = "senteval") -> np.ndarray:
@@ -178,9 +196,11 @@ def check_mode(mode: str) -> None:
 
 def run_transfer_task(
     task: str, data: dict[str, Labelled], embed: Callable[[list[str]], np.ndarray], mode: str = "full",
-    jobs: int = 1, mrpc: str = "senteval",
-) -> dict[str, float]:  # fmt: skip
+    jobs: int = 1, mrpc: str = "senteval", resampling: Resampling | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Test accuracy ×100 (and its interval, see `inner_kfold` and `held_out_interval`) of one task."""
     check_mode(mode)
+    resampling = resampling or Resampling()
     k = 10 if mode == "full" else 5
     thin = (lambda cs: cs) if mode == "full" else (lambda cs: cs[::2])
     if task in BINARY_FILES:
@@ -188,16 +208,19 @@ def run_transfer_task(
         return {**inner_kfold(embed(d.first), d.labels, k, thin(INNER_KFOLD_C), jobs), "n": len(d.labels)}
     if task == "SST2":
         splits = [(embed(data[s].first), data[s].labels) for s in ("train", "dev", "test")]
-        return {**split_validation(*splits, thin(INNER_KFOLD_C), jobs), "n": len(data["test"].labels)}
+        scores, predicted = split_validation(*splits, thin(INNER_KFOLD_C), jobs)
+        labels = data["test"].labels
+        return {**scores, **held_out_interval(predicted, labels, resampling), "n": len(labels)}
     train, test = data["train"], data["test"]
     if task == "TREC":
-        scores, _ = kfold_then_test(embed(train.first), train.labels, embed(test.first), test.labels, k,
+        scores, predicted = kfold_then_test(embed(train.first), train.labels, embed(test.first), test.labels, k,
                                     thin(KFOLD_C), jobs)  # fmt: skip
-        return {**scores, "n": len(test.labels)}
+        return {**scores, **held_out_interval(predicted, test.labels, resampling), "n": len(test.labels)}
     train_x = mrpc_features(embed(train.first), embed(train.second), mrpc)
     test_x = mrpc_features(embed(test.first), embed(test.second), mrpc)
     scores, predicted = kfold_then_test(train_x, train.labels, test_x, test.labels, k, thin(KFOLD_C), jobs)
-    return {**scores, "f1": round(100 * float(f1_score(test.labels, predicted)), 2), "n": len(test.labels)}
+    f1 = round(100 * float(f1_score(test.labels, predicted)), 2)
+    return {**scores, "f1": f1, **held_out_interval(predicted, test.labels, resampling), "n": len(test.labels)}
 
 
 def transfer_sentences(data: dict[str, Labelled]) -> list[str]:

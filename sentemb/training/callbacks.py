@@ -9,16 +9,21 @@ SimCSE does (evaluate every 125 steps, keep the best). Everything runs in
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.metric_names import DEV_PEARSON, DEV_SPEARMAN, DEV_SPEARMAN_BEST_LOGGED, DEV_SPEARMAN_INITIAL
 from sentemb.encoders.encoder import SentenceEncoder
-from sentemb.eval.sts import STSBenchmark
+from sentemb.eval.bootstrap import Resampling
+from sentemb.eval.held_out import HeldOutTasks
+from sentemb.eval.sts import STSBenchmark, correlations
 
 log = logging.getLogger(__name__)
 
@@ -31,11 +36,23 @@ def check_every_n_steps(every_n_steps: int) -> None:
 
 class STSBDevEvaluation(Callback):
     def __init__(
-        self, stsb_dir: str | Path, every_n_steps: int = 125, batch_size: int = 128, at_start: bool = True
+        self,
+        stsb_dir: str | Path,
+        every_n_steps: int = 125,
+        batch_size: int = 128,
+        at_start: bool = True,
+        senteval_dir: str | Path | None = None,
+        test_tasks: str | Sequence[str] = ("STSBenchmark",),
+        intervals: Mapping[str, Any] | None = None,
     ) -> None:
+        """`test_tasks` (STS-B test and any other STS task's) and `intervals` (their bootstrap, and the dev score's)
+        are scored after training (`sentemb.training.trainer.report_best`); every file is read now."""
         super().__init__()
         check_every_n_steps(every_n_steps)
         self.benchmark = STSBenchmark(Path(stsb_dir), splits=("dev",))
+        self.resampling = Resampling.from_settings(intervals, "eval.intervals")
+        senteval_dir = Path(senteval_dir) if senteval_dir else Path(stsb_dir).parents[1]
+        self.held_out = HeldOutTasks(Path(stsb_dir), senteval_dir, test_tasks, self.resampling)
         self.every_n_steps = every_n_steps
         self.batch_size = batch_size
         self.at_start = at_start
@@ -46,9 +63,15 @@ class STSBDevEvaluation(Callback):
         """(step, Spearman) of the best evaluation so far."""
         return max(self.history, key=lambda item: item[1], default=None)
 
-    def dev_spearman(self, encoder: SentenceEncoder) -> dict[str, float]:
-        """STS-B dev of `encoder`; `report_best` calls this too, so both numbers are one computation."""
-        return self.benchmark.evaluate(encoder, batch_size=self.batch_size, show_progress=True)["dev"]
+    def dev_similarities(self, encoder: SentenceEncoder) -> np.ndarray:
+        """The cosine of each STS-B dev pair under `encoder`."""
+        return self.benchmark.similarities(encoder, batch_size=self.batch_size, show_progress=True)["dev"]
+
+    def dev_spearman(self, encoder: SentenceEncoder, similarities: np.ndarray | None = None) -> dict[str, float]:
+        """STS-B dev of `encoder` (of its `similarities`, if computed already); `report_best` calls this too, so both
+        numbers are one computation."""
+        similarities = self.dev_similarities(encoder) if similarities is None else similarities
+        return correlations(similarities, self.benchmark.pairs["dev"].gold)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.at_start and trainer.global_step == 0:

@@ -6,6 +6,7 @@ import logging
 import os
 import warnings
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -17,16 +18,17 @@ from omegaconf import DictConfig
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.metric_names import (
     BEST_STEP,
+    CI_SUFFIXES,
     DEV_SPEARMAN,
     DEV_SPEARMAN_BEST_LOGGED,
     DEV_SPEARMAN_BEST_RESCORED,
     DEV_SPEARMAN_FINAL,
     FINAL_STEP,
-    TEST_PEARSON,
     TEST_SPEARMAN,
+    interval_names,
 )
 from sentemb.encoders.build import load_checkpoint_encoder
-from sentemb.eval.sts import STSBenchmark
+from sentemb.eval.similarities import SIMILARITIES_NAME, write_similarities
 from sentemb.training.callbacks import STSBDevEvaluation
 from sentemb.training.checkpoints import best_checkpoint_callback, checkpoint_plugins
 
@@ -131,18 +133,20 @@ def build_trainer(cfg: DictConfig, extra_callbacks: list[L.Callback] = (), **ove
     return trainer
 
 
-def report_best(trainer: L.Trainer, dev_eval: STSBDevEvaluation, test_split: STSBenchmark) -> dict[str, Any]:
+def report_best(trainer: L.Trainer, dev_eval: STSBDevEvaluation, output_dir: Path | None = None) -> dict[str, Any]:
     """Reload the best checkpoint, score STS-B dev and test with it, log and print them.
 
     Dev is scored by the callback's own `dev_spearman` (same sentences, batches, batch size and
     device), so on the same machine it is the logged best to the last bit; a resumed run whose
     best was logged elsewhere may differ in the last bits, and a warning says so. Without a
     ModelCheckpoint keeping the best dev score (callbacks=none), the final weights are scored
-    instead, and the report says so (`report_final`).
+    instead, and the report says so (`report_final`). Each score has its bootstrap interval (`<name>_ci_low`,
+    `<name>_ci_high`), and the cosines they came from go to `<output_dir>/similarities.npz` (sentemb.compare reads
+    them).
     """
     checkpoint = best_checkpoint_callback(trainer)
     if checkpoint is None:
-        return report_final(trainer, dev_eval, test_split)
+        return report_final(trainer, dev_eval, output_dir)
     best_path = checkpoint.best_model_path
     if not best_path or dev_eval.best is None:
         raise RuntimeError(
@@ -151,7 +155,7 @@ def report_best(trainer: L.Trainer, dev_eval: STSBDevEvaluation, test_split: STS
         )
     best, _ = load_checkpoint_encoder(best_path, trainer.strategy.root_device)
     best_step, logged_dev = dev_eval.best
-    metrics = _scores(best, dev_eval, test_split, (DEV_SPEARMAN_BEST_RESCORED, BEST_STEP), best_step)
+    metrics = _scores(trainer, best, dev_eval, (DEV_SPEARMAN_BEST_RESCORED, BEST_STEP), best_step, output_dir)
     dev = metrics[DEV_SPEARMAN_BEST_RESCORED]
     kept_score = checkpoint.best_model_score
     if kept_score is not None and float(kept_score) != logged_dev:
@@ -168,11 +172,11 @@ def report_best(trainer: L.Trainer, dev_eval: STSBDevEvaluation, test_split: STS
         )
     _log_final(trainer, metrics)
     if trainer.is_global_zero:
-        print(final_report(best_step, dev, logged_dev, metrics[TEST_SPEARMAN], best_path))
+        print(final_report(best_step, metrics, logged_dev, best_path))
     return {**metrics, "best_checkpoint": best_path, DEV_SPEARMAN_BEST_LOGGED: logged_dev, "scored_weights": "best"}
 
 
-def report_final(trainer: L.Trainer, dev_eval: STSBDevEvaluation, test_split: STSBenchmark) -> dict[str, Any]:
+def report_final(trainer: L.Trainer, dev_eval: STSBDevEvaluation, output_dir: Path | None = None) -> dict[str, Any]:
     """No best checkpoint was kept: score STS-B dev and test with the final weights (in memory), log and print them.
 
     The dev evaluation at the last step ran on these same weights, so the final dev score repeats it to
@@ -180,7 +184,8 @@ def report_final(trainer: L.Trainer, dev_eval: STSBDevEvaluation, test_split: ST
     it, since its weights are gone; `stsb/dev/spearman_best_logged` (what sweeps optimise) stays that logged best.
     """
     step = trainer.global_step
-    metrics = _scores(trainer.lightning_module.encoder, dev_eval, test_split, (DEV_SPEARMAN_FINAL, FINAL_STEP), step)
+    encoder = trainer.lightning_module.encoder
+    metrics = _scores(trainer, encoder, dev_eval, (DEV_SPEARMAN_FINAL, FINAL_STEP), step, output_dir)
     dev, logged_final = metrics[DEV_SPEARMAN_FINAL], dict(dev_eval.history).get(step)
     if logged_final is not None and dev != logged_final:
         warnings.warn(
@@ -189,20 +194,30 @@ def report_final(trainer: L.Trainer, dev_eval: STSBDevEvaluation, test_split: ST
         )
     _log_final(trainer, metrics)
     if trainer.is_global_zero:
-        print(final_weights_report(step, dev, dev_eval.best, metrics[TEST_SPEARMAN]))
+        print(final_weights_report(step, metrics, dev_eval.best))
     logged_best = dev_eval.best[1] if dev_eval.best else None
     return {**metrics, "best_checkpoint": None, DEV_SPEARMAN_BEST_LOGGED: logged_best, "scored_weights": "final"}
 
 
 def _scores(
-    encoder: Any, dev_eval: STSBDevEvaluation, test_split: STSBenchmark, names: tuple[str, str], step: int
-) -> dict[str, float]:
-    """STS-B dev (the callback's own computation) and test of `encoder`; `names`: which weights they are, as the
-    (dev Spearman, step) metric names (best checkpoint or final weights)."""
-    dev = dev_eval.dev_spearman(encoder)
-    test = test_split.evaluate(encoder, batch_size=dev_eval.batch_size)["test"]
+    trainer: L.Trainer, encoder: Any, dev_eval: STSBDevEvaluation, names: tuple[str, str], step: int,
+    output_dir: Path | None,
+) -> dict[str, float]:  # fmt: skip
+    """STS-B dev (the callback's own computation) and the test tasks of `encoder`, each with its interval; `names`:
+    which weights they are, as the (dev Spearman, step) metric names (best checkpoint or final weights). Rank 0
+    writes the cosines to `<output_dir>/similarities.npz`."""
+    dev_similarities = dev_eval.dev_similarities(encoder)
+    dev = dev_eval.dev_spearman(encoder, dev_similarities)
+    dev_pairs = dev_eval.benchmark.pairs["dev"]
+    interval = dev_eval.resampling.spearman(dev_similarities, dev_pairs.gold, estimate=dev["spearman"])
+    test, similarities = dev_eval.held_out.score(encoder, dev_eval.batch_size)
     dev_name, step_name = names
-    return {dev_name: dev["spearman"], TEST_SPEARMAN: test["spearman"], TEST_PEARSON: test["pearson"], step_name: step}
+    bounds = dict(zip(interval_names(dev_name), (interval.low, interval.high), strict=True))
+    if output_dir is not None and trainer.is_global_zero:
+        data = {**dev_eval.held_out.data, "STSBenchmark": {**dev_eval.held_out.data["STSBenchmark"], "dev": dev_pairs}}
+        similarities["STSBenchmark"]["dev"] = dev_similarities
+        write_similarities(Path(output_dir) / SIMILARITIES_NAME, data, similarities)
+    return {dev_name: dev["spearman"], **bounds, **test, step_name: step}
 
 
 def _log_final(trainer: L.Trainer, metrics: dict[str, float]) -> None:
@@ -211,21 +226,37 @@ def _log_final(trainer: L.Trainer, metrics: dict[str, float]) -> None:
         logger.finalize("success")
 
 
-def final_report(best_step: int, dev: float, logged_dev: float, test: float, best_path: str) -> str:
-    """The closing lines of a training job; 4 decimals, where batch-neighbour differences would show (~1e-4)."""
+def final_report(best_step: int, metrics: dict[str, float], logged_dev: float, best_path: str) -> str:
+    """The closing lines of a training job; 4 decimals, where batch-neighbour differences would show (~1e-4), each
+    score's 95% bootstrap interval in brackets."""
+    dev = scored(metrics, DEV_SPEARMAN_BEST_RESCORED)
     return (
-        f"\nSTS-B dev Spearman (best, step {best_step}): {dev:.4f}   [logged during training: {logged_dev:.4f}]"
-        f"\nSTS-B test Spearman (best checkpoint):    {test:.4f}"
-        f"\nbest checkpoint: {best_path}\n"
+        f"\nSTS-B dev Spearman (best, step {best_step}): {dev}   (logged during training: {logged_dev:.4f})"
+        f"\nSTS-B test Spearman (best checkpoint):    {scored(metrics, TEST_SPEARMAN)}"
+        + other_tasks(metrics)
+        + f"\nbest checkpoint: {best_path}\n"
     )
 
 
-def final_weights_report(step: int, dev: float, best: tuple[int, float] | None, test: float) -> str:
+def scored(metrics: dict[str, float], name: str) -> str:
+    """`84.6012 [83.12, 85.94]`: a score after training with its 95% bootstrap interval."""
+    low, high = (metrics.get(bound) for bound in interval_names(name))
+    return f"{metrics[name]:.4f}" + (f" [{low:.2f}, {high:.2f}]" if low is not None else "")
+
+
+def other_tasks(metrics: dict[str, float]) -> str:
+    """The lines of the eval.test_tasks beyond STS-B."""
+    tasks = [name for name in metrics if name.startswith("sts/") and not name.endswith(CI_SUFFIXES)]
+    return "".join(f"\n{name.split('/')[1]} test Spearman:    {scored(metrics, name)}" for name in tasks)
+
+
+def final_weights_report(step: int, metrics: dict[str, float], best: tuple[int, float] | None) -> str:
     """The closing lines when no best checkpoint was kept: the final weights' scores, and the best only as logged."""
     logged = f"best logged during training: {best[1]:.4f} at step {best[0]}" if best else "no dev score logged"
     return (
-        f"\nSTS-B dev Spearman (final weights, step {step}): {dev:.4f}   [{logged}]"
-        f"\nSTS-B test Spearman (final weights):    {test:.4f}"
-        f"\nno checkpoint kept: no ModelCheckpoint monitors {DEV_SPEARMAN} (callbacks=default keeps the best), "
+        f"\nSTS-B dev Spearman (final weights, step {step}): {scored(metrics, DEV_SPEARMAN_FINAL)}   ({logged})"
+        f"\nSTS-B test Spearman (final weights):    {scored(metrics, TEST_SPEARMAN)}"
+        + other_tasks(metrics)
+        + f"\nno checkpoint kept: no ModelCheckpoint monitors {DEV_SPEARMAN} (callbacks=default keeps the best), "
         "so the final weights were scored, not the best\n"
     )

@@ -1,0 +1,234 @@
+"""`python -m sentemb.compare A B [C ...]`: can two models (or two configurations over seeds) be told apart?
+
+Each of B, C, ... is compared with A, per STS task (STS12–16 'all', STS-B and SICK-R test): one model each, by
+the paired bootstrap of the Spearman difference over the same test pairs; several runs each (a sweep
+configuration), by the paired t-test over the seeds both ran; Holm-corrected over the tasks of each comparison.
+What A, B, ... may be: sentemb.runs.contenders. Prints the table and writes `compare.md` and `compare.json` into a
+new folder (`--out`, default outputs/compare/<time>); a model's cosines kept by its run or evaluation are reused,
+the others encoded. Procedures: docs/evaluation.md#comparing-two-models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from sentemb.common.errors import SentembConfigError
+from sentemb.common.paths import resolve_data_root
+from sentemb.common.process import configure_process
+from sentemb.eval.bootstrap import LEVEL, RESAMPLES, SEED, Resampling
+from sentemb.eval.cache import EmbeddingCache
+from sentemb.eval.comparison import compare_models, compare_seeds
+from sentemb.eval.report import TABLE_NAMES, with_interval
+from sentemb.eval.similarities import read_similarities
+from sentemb.eval.sts import STS_TASKS, SentencePairs, load_sts_task, sts_similarities
+from sentemb.runs.contenders import Contender, contender, task_names
+
+CONTENDERS_HELP = (
+    "run folders, checkpoints, exported or evaluation folders, or sweep configurations "
+    "<sweep folder>:key=value[,key=value]; B, C, ... are each compared with A"
+)
+TASKS_HELP = "comma-separated STS tasks (default: all seven; over seeds: those every contender's jobs were scored on)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    configure_process()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("contenders", nargs="+", help=CONTENDERS_HELP)
+    parser.add_argument("--tasks", default="", help=TASKS_HELP)
+    parser.add_argument("--out", type=Path, default=None, help="a new folder (default outputs/compare/<time>)")
+    parser.add_argument("--resamples", type=int, default=RESAMPLES)
+    parser.add_argument("--seed", type=int, default=SEED, help="the bootstrap's seed")
+    parser.add_argument("--level", type=float, default=LEVEL)
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--data-dir", default=None, help="the data root (default: $SENTEMB_DATA, then ./data)")
+    args = parser.parse_args(argv)
+    try:
+        result = compare(args)
+    except SentembConfigError as err:
+        print(f"sentemb: {err}", file=sys.stderr)
+        return 1
+    print(result["markdown"])
+    print(f"(written to {result['folder']}/compare.md and compare.json)")
+    return 0
+
+
+def compare(args: argparse.Namespace) -> dict[str, Any]:
+    """Every input checked and every file read before any model is encoded; then the comparisons, written."""
+    if len(args.contenders) < 2:
+        raise SentembConfigError("compare: name at least two contenders (A B [C ...]), each compared with A")
+    try:
+        resampling = Resampling(args.resamples, args.seed, args.level)
+    except ValueError as err:
+        raise SentembConfigError(f"compare: --{err}") from None
+    contenders = [contender(argument) for argument in args.contenders]
+    kinds = {c.kind for c in contenders}
+    if len(kinds) > 1:
+        raise SentembConfigError(
+            "compare: " + ", ".join(f"{c.label} is {describe(c)}" for c in contenders) + ". A model is tested on "
+            "the test pairs, several runs over their seeds: compare like with like. Fix: name one job of a sweep "
+            "configuration (add its seed=...), or give each model several seeds' runs"
+        )
+    asked = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    unknown = [t for t in asked if t not in STS_TASKS]
+    if unknown:
+        raise SentembConfigError(
+            f"compare: --tasks: unknown STS task(s) {unknown}. Fix: some of {', '.join(STS_TASKS)}"
+        )
+    tasks = task_names(contenders, asked)
+    if not tasks:
+        raise SentembConfigError(
+            "compare: the contenders' jobs share no STS test score. Fix: train them with the same eval.test_tasks"
+        )
+    folder = new_folder(args.out)
+    if kinds == {"seeds"}:
+        comparisons = [seed_comparison(contenders[0], other, tasks) for other in contenders[1:]]
+        procedure = {"test": "paired t-test over shared seeds (scipy.stats.ttest_rel)", "correction": "Holm"}
+    else:
+        senteval = resolve_data_root(args.data_dir) / "senteval" / "downstream"
+        data = {task: load_sts_task(senteval, task, ("test",)) for task in tasks}
+        similarities = [model_similarities(c, data, args) for c in contenders]
+        comparisons = [
+            {"a": contenders[0].label, "b": other.label,
+             "rows": compare_models(data, similarities[0], similarities[i], resampling)}
+            for i, other in enumerate(contenders[1:], start=1)
+        ]  # fmt: skip
+        procedure = {"test": "paired bootstrap over the test pairs", "correction": "Holm", **resampling.as_dict()}
+    result = {"contenders": [summary(c) for c in contenders], "procedure": procedure, "comparisons": comparisons}
+    markdown = comparison_markdown(result)
+    (folder / "compare.json").write_text(json.dumps(finite(result), indent=2) + "\n")
+    (folder / "compare.md").write_text(markdown + "\n")
+    return {**result, "markdown": markdown, "folder": folder}
+
+
+def new_folder(out: Path | None) -> Path:
+    """A folder made now for this comparison alone; an existing one is refused, so nothing written is replaced."""
+    folder = out or Path("outputs") / "compare" / time.strftime("%Y-%m-%d_%H-%M-%S")
+    try:
+        folder.mkdir(parents=True, exist_ok=False)
+    except FileExistsError:
+        raise SentembConfigError(
+            f"compare: --out {folder} exists; a comparison writes into a new folder and replaces nothing. "
+            "Fix: name a new --out folder"
+        ) from None
+    return folder
+
+
+def describe(c: Contender) -> str:
+    return f"{len(c.jobs)} runs (seeds)" if c.kind == "seeds" else "one model"
+
+
+def summary(c: Contender) -> dict[str, Any]:
+    return {"label": c.label, "kind": c.kind, "model": [c.model[0], str(c.model[1])] if c.model else None,
+            "jobs": c.jobs}  # fmt: skip
+
+
+def seed_comparison(a: Contender, b: Contender, tasks: list[str]) -> dict[str, Any]:
+    picked_a = {t: (a.seeds or {})[t] for t in tasks if t in (a.seeds or {})}
+    picked_b = {t: (b.seeds or {})[t] for t in tasks if t in (b.seeds or {})}
+    return {"a": a.label, "b": b.label, "rows": compare_seeds(picked_a, picked_b)}
+
+
+def model_similarities(
+    c: Contender, data: dict[str, dict[str, SentencePairs]], args: argparse.Namespace
+) -> dict[str, dict[str, Any]]:
+    """{task: {subset: cosines}}: the stored ones where they are for today's pairs, the rest encoded now."""
+    found: dict[str, dict[str, Any]] = {}
+    for path in c.cached:
+        found |= {t: v for t, v in read_similarities(path, data).items() if t not in found}
+    missing = {task: subsets for task, subsets in data.items() if task not in found}
+    if missing:
+        if c.model is None:
+            raise SentembConfigError(
+                f"compare: {c.label} holds no cosines for {', '.join(missing)} and names no model to encode them. "
+                f"Fix: evaluate it on them (python -m sentemb.evaluate ... tasks={','.join(missing)})"
+            )
+        encoder = load_model(c, args)
+        print(f"compare: encoding {', '.join(missing)} with {c.label}", file=sys.stderr)
+        cache = EmbeddingCache(encoder, batch_size=args.batch_size, show_progress=False)
+        cache.prefetch(s for subsets in missing.values() for p in subsets.values() for s in p.first + p.second)
+        found |= {task: sts_similarities(subsets, cache) for task, subsets in missing.items()}
+    return found
+
+
+def load_model(c: Contender, args: argparse.Namespace) -> Any:
+    """The encoder of a contender: a checkpoint's, an exported folder's (through its checked loader), an ONNX
+    export's."""
+    kind, path = c.model
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
+    if kind == "checkpoint":
+        from sentemb.encoders.build import load_checkpoint_encoder
+
+        return load_checkpoint_encoder(path, device)[0]
+    if kind == "onnx":
+        from omegaconf import OmegaConf
+
+        from sentemb.eval.suite import onnx_artefact
+
+        return onnx_artefact(OmegaConf.create({"onnx": str(path)}))
+    from sentemb.st_modules import load_exported_folder
+
+    return ExportedEncoder(load_exported_folder(path, device=str(device)))
+
+
+class ExportedEncoder:
+    """A sentence-transformers model behind the `encode` sentemb's evaluation calls."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    def encode(self, sentences, batch_size=128, max_length=None, show_progress=False):
+        return self.model.encode(
+            sentences, batch_size=batch_size, show_progress_bar=show_progress, convert_to_numpy=True
+        )
+
+
+def finite(value: Any) -> Any:
+    """JSON has no NaN: an undefined number (no test, one seed) is written as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(item) for item in value]
+    return value
+
+
+def comparison_markdown(result: dict[str, Any]) -> str:
+    procedure = result["procedure"]
+    lines = ["# Comparison", ""]
+    lines += [f"- {chr(65 + i)}: `{c['label']}` ({c['kind']})" for i, c in enumerate(result["contenders"])]
+    lines += ["", f"Test: {procedure['test']}; {procedure['correction']}-corrected over the tasks of each comparison"
+              + (f"; {procedure['resamples']} resamples, seed {procedure['seed']}" if "resamples" in procedure else "")
+              + ". Brackets: 95% intervals. separable: Holm-adjusted p < 0.05."]  # fmt: skip
+    for index, comparison in enumerate(result["comparisons"], start=1):
+        b = chr(65 + index)
+        lines += ["", f"## A vs {b}", "", f"| task | A | {b} | A − {b} | p | p (Holm) | separable |",
+                  "|---|---|---|---|---|---|---|"]  # fmt: skip
+        for row in comparison["rows"]:
+            cells = [
+                TABLE_NAMES.get(row["task"], row["task"]),
+                with_interval(row["a"]["estimate"], row["a"]),
+                with_interval(row["b"]["estimate"], row["b"]),
+                with_interval(row["difference"]["estimate"], row["difference"]),
+                p_text(row["p"]), p_text(row["p_holm"]),
+                {True: "yes", False: "no", None: "no test"}[row["separable"]],
+            ]  # fmt: skip
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def p_text(p: float) -> str:
+    return "–" if p is None or math.isnan(p) else f"{p:.3g}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
