@@ -48,6 +48,9 @@ from sentemb.common.metric_names import (  # noqa: E402
     DEV_SPEARMAN_INITIAL,
     TEST_SPEARMAN,
 )
+from sentemb.eval.significance import holm, paired_t_test, separable, t_interval  # noqa: E402
+
+ANCHOR = "infonce"  # every loss is tested against SimCSE's objective
 
 # --quick: one loss of each family, 30 steps, dev every 15
 QUICK_LOSSES = ["infonce", "align_mhe", "mbarlow"]
@@ -177,6 +180,46 @@ def convention_comparison(results: dict[str, dict]) -> list[str]:
     return lines
 
 
+def versus_anchor(results: dict[str, dict]) -> list[str]:
+    """Each loss against InfoNCE over the seeds both ran: the mean with its 95% t-interval over seeds, the mean
+    difference, the paired t-test (scipy.stats.ttest_rel) and Holm's correction over the losses compared, per score."""
+    anchor = results.get(ANCHOR)
+    others = [label for _, label in rows_in_order(results) if label != ANCHOR]
+    if anchor is None or anchor["n"] < 2 or not others:
+        return []
+    tests = {}
+    for key in ("dev", "test"):
+        reference = {r["seed"]: r[key] for r in anchor["runs"]}
+        found = [paired_t_test({r["seed"]: r[key] for r in results[label]["runs"]}, reference) for label in others]
+        tests[key] = list(zip(found, holm([t.p_value for t in found]), strict=True))
+
+    def cell(r: dict, key: str) -> str:
+        interval = t_interval([run[key] for run in r["runs"]])
+        return f"{interval.estimate:.2f} [{interval.low:.2f}, {interval.high:.2f}]"
+
+    def verdict(test, adjusted) -> str:
+        flag = separable(adjusted)
+        word = "no test" if flag is None else "separable" if flag else "not separable"
+        return f"{test.difference:+.2f}, p {test.p_value:.3g} (Holm {adjusted:.3g}): {word}"
+
+    lines = [
+        "",
+        f"Against {ANCHOR} (paired t-test over the seeds both ran, Holm over the {len(others)} losses compared, "
+        "α = 0.05; brackets: 95% t-interval of the mean over seeds):",
+        "",
+        "| loss | seeds | STS-B dev | vs infonce (dev) | STS-B test | vs infonce (test) |",
+        "|---|---|---|---|---|---|",
+        f"| {ANCHOR} | {anchor['n']} | {cell(anchor, 'dev')} | – | {cell(anchor, 'test')} | – |",
+    ]
+    for index, label in enumerate(others):
+        r = results[label]
+        lines.append(
+            f"| {label.replace(REFERENCE, ' (code)')} | {r['n']} | {cell(r, 'dev')} | {verdict(*tests['dev'][index])} "
+            f"| {cell(r, 'test')} | {verdict(*tests['test'][index])} |"
+        )
+    return lines
+
+
 def markdown(results: dict[str, dict]) -> str:
     several = any(r["n"] > 1 for r in results.values())
     header = "| family | loss | STS-B dev | STS-B test | " + " | ".join(TELEMETRY) + " | time (s) |"
@@ -207,6 +250,7 @@ def markdown(results: dict[str, dict]) -> str:
             lowest = min(r["dev"] for r in group)
             lines.append(f"- mean of the {label} losses: dev {dev:.2f}, test {test:.2f} (lowest dev {lowest:.2f})")
     lines += convention_comparison(results)
+    lines += versus_anchor(results)
     lines.append("")
     if several:
         lines.append("Scores: mean ± sample std over the seeds; telemetry and times: means over the seeds.")

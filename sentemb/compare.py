@@ -64,7 +64,10 @@ def main(argv: list[str] | None = None) -> int:
 def compare(args: argparse.Namespace) -> dict[str, Any]:
     """Every input checked and every file read before any model is encoded; then the comparisons, written."""
     if len(args.contenders) < 2:
-        raise SentembConfigError("compare: name at least two contenders (A B [C ...]), each compared with A")
+        raise SentembConfigError(
+            f"compare: only {args.contenders[0]} given; name at least two contenders (A B [C ...]), each compared "
+            f"with A. Fix: python -m sentemb.compare {args.contenders[0]} <a model or configuration to compare>"
+        )
     try:
         resampling = Resampling(args.resamples, args.seed, args.level)
     except ValueError as err:
@@ -88,14 +91,16 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
         raise SentembConfigError(
             "compare: the contenders' jobs share no STS test score. Fix: train them with the same eval.test_tasks"
         )
-    folder = new_folder(args.out)
     if kinds == {"seeds"}:
+        folder = new_folder(args.out)
         comparisons = [seed_comparison(contenders[0], other, tasks) for other in contenders[1:]]
         procedure = {"test": "paired t-test over shared seeds (scipy.stats.ttest_rel)", "correction": "Holm"}
     else:
         senteval = resolve_data_root(args.data_dir) / "senteval" / "downstream"
         data = {task: load_sts_task(senteval, task, ("test",)) for task in tasks}
-        similarities = [model_similarities(c, data, args) for c in contenders]
+        stored = [stored_similarities(c, data) for c in contenders]  # every contender's files, before any encoding
+        folder = new_folder(args.out)
+        similarities = [model_similarities(c, data, found, args) for c, found in zip(contenders, stored, strict=True)]
         comparisons = [
             {"a": contenders[0].label, "b": other.label,
              "rows": compare_models(data, similarities[0], similarities[i], resampling)}
@@ -137,20 +142,29 @@ def seed_comparison(a: Contender, b: Contender, tasks: list[str]) -> dict[str, A
     return {"a": a.label, "b": b.label, "rows": compare_seeds(picked_a, picked_b)}
 
 
-def model_similarities(
-    c: Contender, data: dict[str, dict[str, SentencePairs]], args: argparse.Namespace
-) -> dict[str, dict[str, Any]]:
-    """{task: {subset: cosines}}: the stored ones where they are for today's pairs, the rest encoded now."""
+def stored_similarities(c: Contender, data: dict[str, dict[str, SentencePairs]]) -> dict[str, dict[str, Any]]:
+    """{task: {subset: cosines}} kept by the contender for today's pairs; a task it lacks without a model to
+    encode it is refused here, before any contender is encoded."""
     found: dict[str, dict[str, Any]] = {}
     for path in c.cached:
         found |= {t: v for t, v in read_similarities(path, data).items() if t not in found}
+    missing = [task for task in data if task not in found]
+    if missing and c.model is None:
+        raise SentembConfigError(
+            f"compare: {c.label} holds no cosines for {', '.join(missing)} and names no model to encode them. "
+            f"Fix: evaluate it on them (python -m sentemb.evaluate ... tasks={','.join(missing)})"
+        )
+    return found
+
+
+def model_similarities(
+    c: Contender, data: dict[str, dict[str, SentencePairs]], found: dict[str, dict[str, Any]],
+    args: argparse.Namespace,
+) -> dict[str, dict[str, Any]]:  # fmt: skip
+    """{task: {subset: cosines}}: the stored ones (`found`, from `stored_similarities`), the rest encoded now."""
+    found = dict(found)
     missing = {task: subsets for task, subsets in data.items() if task not in found}
     if missing:
-        if c.model is None:
-            raise SentembConfigError(
-                f"compare: {c.label} holds no cosines for {', '.join(missing)} and names no model to encode them. "
-                f"Fix: evaluate it on them (python -m sentemb.evaluate ... tasks={','.join(missing)})"
-            )
         encoder = load_model(c, args)
         print(f"compare: encoding {', '.join(missing)} with {c.label}", file=sys.stderr)
         cache = EmbeddingCache(encoder, batch_size=args.batch_size, show_progress=False)

@@ -14,9 +14,11 @@ from hydra.core.global_hydra import GlobalHydra
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.metric_names import DEV_SPEARMAN_BEST_LOGGED
+from sentemb.eval.bootstrap import Resampling
 from sentemb.eval.geometry import alignment, uniformity
+from sentemb.eval.similarities import SIMILARITIES_NAME, read_similarities
 from sentemb.eval.sts import SentencePairs, load_sts_task, read_sts_subset, score_sts_task
-from sentemb.eval.suite import evaluate, resolve_tasks
+from sentemb.eval.suite import evaluate, flat_metrics, resolve_tasks
 from tests.conftest import CONF_DIR
 
 
@@ -94,7 +96,8 @@ def compose_eval(overrides):
         return compose("eval", overrides=overrides)
 
 
-def test_evaluate_writes_results_for_a_tiny_model(tmp_path):
+def test_evaluate_writes_results_for_a_tiny_model(tmp_path, data_root):
+    senteval = data_root / "senteval" / "downstream"
     cfg = compose_eval(["model=tiny", "tasks=[STS16,STSBenchmark]", "sts_splits=[dev,test]"])
     results = evaluate(cfg, tmp_path)
     saved = json.loads((tmp_path / "results.json").read_text())
@@ -102,6 +105,48 @@ def test_evaluate_writes_results_for_a_tiny_model(tmp_path):
     assert saved["sts_table"]["STS16"] == results["sts"]["STS16"]["all"]["spearman"]["all"]
     assert "| STS16 | STS-B | Avg. |" in (tmp_path / "results.md").read_text()
     assert saved["alignment_uniformity"]["positive_pairs"] > 0
+
+    # every figure's interval: the table score itself, bounded, recomputed from the kept cosines with the same seed
+    assert saved["intervals"] == {"resamples": 1000, "seed": 1234, "level": 0.95, "interval": "percentile"}
+    assert set(saved["sts"]["STS16"]["intervals"]) == {"all"}
+    assert set(saved["sts"]["STSBenchmark"]["intervals"]) == {"dev", "test"}
+    for task, score in saved["sts_table"].items():
+        interval = saved["sts_table_intervals"][task]
+        assert interval["estimate"] == score and interval["low"] < score < interval["high"]
+    stored = read_similarities(tmp_path / SIMILARITIES_NAME, {"STS16": load_sts_task(senteval, "STS16")})
+    pairs = load_sts_task(senteval, "STS16")
+    again = Resampling().spearman(
+        np.concatenate(list(stored["STS16"].values())),
+        np.concatenate([p.gold for p in pairs.values()]),
+        [len(p.gold) for p in pairs.values()],
+    )
+    assert (again.low, again.high) == (
+        saved["sts_table_intervals"]["STS16"]["low"],
+        saved["sts_table_intervals"]["STS16"]["high"],
+    )
+    table = (tmp_path / "results.md").read_text()
+    low, high = (
+        saved["sts_table_intervals"]["STSBenchmark"]["low"],
+        saved["sts_table_intervals"]["STSBenchmark"]["high"],
+    )
+    assert f"{saved['sts_table']['STSBenchmark']:.2f} [{low:.2f}, {high:.2f}]" in table
+    assert "95% percentile bootstrap interval, 1000 resamples" in table
+    assert set(saved["timing_s"]) == {"encode", "sts_scores", "intervals"}
+    metrics = flat_metrics(saved)
+    assert (metrics["eval/STS16_ci_low"], metrics["eval/STS16_ci_high"]) == (again.low, again.high)
+
+
+def test_bad_interval_settings_fail_before_the_model(tmp_path, monkeypatch):
+    import sentemb.encoders.models.backbones
+
+    monkeypatch.setattr(sentemb.encoders.models.backbones, "tiny_bert", lambda **_: pytest.fail("model loaded first"))
+    with pytest.raises(SentembConfigError, match=r"intervals.level=1.5: a confidence level in \(0, 1\).*Fix"):
+        evaluate(compose_eval(["model=tiny", "tasks=STS16", "intervals.level=1.5"]), tmp_path)
+    with pytest.raises(SentembConfigError, match=r"intervals.resamples=0: a positive whole number"):
+        evaluate(compose_eval(["model=tiny", "tasks=STS16", "intervals.resamples=0"]), tmp_path)
+    with pytest.raises(SentembConfigError, match=r"intervals: unknown key\(s\) \['method'\]"):
+        evaluate(compose_eval(["model=tiny", "tasks=STS16", "+intervals.method=bca"]), tmp_path)
+    assert not (tmp_path / "results.json").exists()
 
 
 def test_checkpoint_evaluated_offline_gives_the_logged_dev_score(tiny_overrides, tmp_path):

@@ -55,8 +55,13 @@ def read_similarities(path: Path, data: dict[str, dict[str, SentencePairs]]) -> 
     """The stored cosines of each task of `data` whose every subset is stored for today's pairs; the tasks it
     lacks (or holds for other pairs) are left out, to be encoded."""
     try:
-        with np.load(path, allow_pickle=False) as stored:
+        stored = np.load(path, allow_pickle=False)
+        if not isinstance(stored, np.lib.npyio.NpzFile):  # a lone .npy array under this name
+            raise ValueError("one array, not an archive of named arrays")
+        with stored:
             arrays = {name: stored[name] for name in stored.files}
+        if not all(isinstance(array, np.ndarray) for array in arrays.values()):  # a member np.load returns as bytes
+            raise ValueError("an entry that is not a NumPy array")
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
         raise SentembConfigError(f"{path}: not a readable {SIMILARITIES_NAME} ({err}). {FIX}") from None
     found = {}
