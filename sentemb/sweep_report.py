@@ -1,6 +1,6 @@
-"""`python -m sentemb.sweep_report <multirun dir>`: a sweep's report (sweep.csv, sweep.md, figures, the winner),
-again by hand (also while jobs still run); it is also written at the end of every multirun. An Optuna study
-(hparams_search=optuna) gets Optuna's figures: optimisation history, parameter importances, slice."""
+"""`python -m sentemb.sweep_report <multirun dir>`: a sweep's report (sweep.csv, sweep.md, sweep_tests.csv, figures,
+the winner), again by hand (also while jobs still run); it is also written at the end of every multirun. An Optuna
+study (hparams_search=optuna) gets Optuna's figures: optimisation history, parameter importances, slice."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.process import configure_process
-from sentemb.runs.sweeps import write_report
+from sentemb.runs.sweeps import TESTS_NAME, write_report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,7 +24,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sentemb: {err}", file=sys.stderr)
         return 1
     print(result["markdown"])
-    print(f"written: sweep.csv, sweep.md, {', '.join(p.name for p in result['figures'])} in {args.sweep_dir}")
+    tests = [TESTS_NAME] if result["tests"] else []
+    written = ", ".join(["sweep.csv", "sweep.md", *tests, *(p.name for p in result["figures"])])
+    print(f"written: {written} in {args.sweep_dir}")
     return 0
 
 

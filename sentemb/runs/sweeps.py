@@ -11,6 +11,8 @@ Writes into the sweep directory:
   if any); `sweep_heatmap.png`: mean best dev over the two swept parameters with the most values;
 - an Optuna study's figures instead (hparams_search=optuna, sentemb.runs.optuna_study):
   `optuna_history.png`, `optuna_importances.png`, `optuna_slice.png`;
+- `sweep_tests.csv` (jobs run with several seeds): every configuration against the best by the paired t-test over
+  the seeds both ran, Holm-corrected over the STS test tasks (`seed_tests`; docs/sweeps.md#seeds);
 - `best_overrides.txt`: the winning configuration's overrides, for reading.
 
 Numbers people read (`sweep.md`, the figures, `best_overrides.txt`) have 4 significant digits, an
@@ -343,6 +345,9 @@ def log_to_wandb(result: dict[str, Any], project: str, group: str, directory: Pa
     )
     columns = list(result["rows"][0])
     run.log({"sweep/jobs": wandb.Table(columns=columns, data=[[r[c] for c in columns] for r in result["rows"]])})
+    if result["tests"]:  # the paired t-tests against the best configuration (sweep_tests.csv)
+        names = list(result["tests"][0])
+        run.log({"sweep/tests": wandb.Table(columns=names, data=[[str(r[c]) for c in names] for r in result["tests"]])})
     run.log({f"sweep/{png.stem}": wandb.Image(str(png)) for png in result["figures"]})
     run.summary["sweep/markdown"] = result["markdown"]
     run.finish()
