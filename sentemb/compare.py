@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from sentemb.common.errors import SentembConfigError
@@ -91,15 +92,23 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
         raise SentembConfigError(
             "compare: the contenders' jobs share no STS test score. Fix: train them with the same eval.test_tasks"
         )
+    folder = out_folder(args.out)  # refused now if it exists; made only when the comparison is written
     if kinds == {"seeds"}:
-        folder = new_folder(args.out)
-        comparisons = [seed_comparison(contenders[0], other, tasks) for other in contenders[1:]]
-        procedure = {"test": "paired t-test over shared seeds (scipy.stats.ttest_rel)", "correction": "Holm"}
+        lacking = [f"{c.label} ({', '.join(t for t in tasks if t not in (c.seeds or {}))})" for c in contenders
+                   if any(t not in (c.seeds or {}) for t in tasks)]  # fmt: skip
+        if lacking:
+            raise SentembConfigError(
+                f"compare: --tasks {','.join(tasks)}: not every job of {'; '.join(lacking)} recorded a test score "
+                "of those tasks. Fix: leave --tasks out (the tasks every job was scored on), or train with "
+                "eval.test_tasks naming them"
+            )
+        comparisons = [seed_comparison(contenders[0], other, tasks, args.level) for other in contenders[1:]]
+        procedure = {"test": "paired t-test over shared seeds (scipy.stats.ttest_rel)", "correction": "Holm",
+                     "level": args.level}  # fmt: skip
     else:
         senteval = resolve_data_root(args.data_dir) / "senteval" / "downstream"
         data = {task: load_sts_task(senteval, task, ("test",)) for task in tasks}
         stored = [stored_similarities(c, data) for c in contenders]  # every contender's files, before any encoding
-        folder = new_folder(args.out)
         similarities = [model_similarities(c, data, found, args) for c, found in zip(contenders, stored, strict=True)]
         comparisons = [
             {"a": contenders[0].label, "b": other.label,
@@ -109,21 +118,24 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
         procedure = {"test": "paired bootstrap over the test pairs", "correction": "Holm", **resampling.as_dict()}
     result = {"contenders": [summary(c) for c in contenders], "procedure": procedure, "comparisons": comparisons}
     markdown = comparison_markdown(result)
+    try:
+        folder.mkdir(parents=True, exist_ok=False)
+    except FileExistsError:  # made by another command while this one encoded: never written into
+        raise SentembConfigError(f"compare: --out {folder} appeared while comparing. {OUT_FIX}") from None
     (folder / "compare.json").write_text(json.dumps(finite(result), indent=2) + "\n")
     (folder / "compare.md").write_text(markdown + "\n")
     return {**result, "markdown": markdown, "folder": folder}
 
 
-def new_folder(out: Path | None) -> Path:
-    """A folder made now for this comparison alone; an existing one is refused, so nothing written is replaced."""
-    folder = out or Path("outputs") / "compare" / time.strftime("%Y-%m-%d_%H-%M-%S")
-    try:
-        folder.mkdir(parents=True, exist_ok=False)
-    except FileExistsError:
-        raise SentembConfigError(
-            f"compare: --out {folder} exists; a comparison writes into a new folder and replaces nothing. "
-            "Fix: name a new --out folder"
-        ) from None
+OUT_FIX = "Fix: name a new --out folder (a comparison writes into a new folder and replaces nothing)"
+
+
+def out_folder(out: Path | None) -> Path:
+    """The comparison's own folder (`--out`, or outputs/compare/<time>); one that exists already is refused."""
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S_") + f"{time.time_ns() // 1000 % 10**6:06d}"  # as run folders are named
+    folder = Path(out) if out else Path("outputs") / "compare" / stamp
+    if folder.exists():
+        raise SentembConfigError(f"compare: --out {folder} exists. {OUT_FIX}")
     return folder
 
 
@@ -136,10 +148,10 @@ def summary(c: Contender) -> dict[str, Any]:
             "jobs": c.jobs}  # fmt: skip
 
 
-def seed_comparison(a: Contender, b: Contender, tasks: list[str]) -> dict[str, Any]:
-    picked_a = {t: (a.seeds or {})[t] for t in tasks if t in (a.seeds or {})}
-    picked_b = {t: (b.seeds or {})[t] for t in tasks if t in (b.seeds or {})}
-    return {"a": a.label, "b": b.label, "rows": compare_seeds(picked_a, picked_b)}
+def seed_comparison(a: Contender, b: Contender, tasks: list[str], level: float) -> dict[str, Any]:
+    picked_a = {t: (a.seeds or {})[t] for t in tasks}
+    picked_b = {t: (b.seeds or {})[t] for t in tasks}
+    return {"a": a.label, "b": b.label, "rows": compare_seeds(picked_a, picked_b, level)}
 
 
 def stored_similarities(c: Contender, data: dict[str, dict[str, SentencePairs]]) -> dict[str, dict[str, Any]]:
@@ -153,6 +165,11 @@ def stored_similarities(c: Contender, data: dict[str, dict[str, SentencePairs]])
         raise SentembConfigError(
             f"compare: {c.label} holds no cosines for {', '.join(missing)} and names no model to encode them. "
             f"Fix: evaluate it on them (python -m sentemb.evaluate ... tasks={','.join(missing)})"
+        )
+    if missing and not c.model[1].exists():
+        raise SentembConfigError(
+            f"compare: {c.label}: {c.model[1]} does not exist, and {', '.join(missing)} must be encoded with it. "
+            "Fix: restore the file, or compare on the tasks it holds cosines for (--tasks)"
         )
     return found
 
@@ -199,7 +216,9 @@ class ExportedEncoder:
     def __init__(self, model: Any) -> None:
         self.model = model
 
-    def encode(self, sentences, batch_size=128, max_length=None, show_progress=False):
+    def encode(
+        self, sentences: list[str], batch_size: int = 128, max_length: int | None = None, show_progress: bool = False
+    ) -> np.ndarray:
         return self.model.encode(
             sentences, batch_size=batch_size, show_progress_bar=show_progress, convert_to_numpy=True
         )
@@ -222,7 +241,8 @@ def comparison_markdown(result: dict[str, Any]) -> str:
     lines += [f"- {chr(65 + i)}: `{c['label']}` ({c['kind']})" for i, c in enumerate(result["contenders"])]
     lines += ["", f"Test: {procedure['test']}; {procedure['correction']}-corrected over the tasks of each comparison"
               + (f"; {procedure['resamples']} resamples, seed {procedure['seed']}" if "resamples" in procedure else "")
-              + ". Brackets: 95% intervals. separable: Holm-adjusted p < 0.05."]  # fmt: skip
+              + f". Brackets: {round(100 * procedure['level'])}% intervals. "
+              "separable: Holm-adjusted p < 0.05."]  # fmt: skip
     for index, comparison in enumerate(result["comparisons"], start=1):
         b = chr(65 + index)
         lines += ["", f"## A vs {b}", "", f"| task | A | {b} | A − {b} | p | p (Holm) | separable |",

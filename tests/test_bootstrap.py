@@ -89,6 +89,7 @@ def test_two_sided_p_counts_the_observed_sample():
     assert two_sided_p(np.array([1.0, 2.0, 3.0])) == pytest.approx(2 * 1 / 4)
     assert two_sided_p(np.array([-1.0, 2.0, 3.0, 4.0])) == pytest.approx(2 * 2 / 5)
     assert two_sided_p(np.zeros(9)) == 1.0
+    assert math.isnan(two_sided_p(np.full(5, np.nan)))  # every resample undefined: no test
 
 
 def test_accuracy_interval_equals_a_loop():
@@ -109,6 +110,8 @@ def test_paired_t_test_is_scipys_over_the_shared_seeds():
     assert result.difference == pytest.approx((1.1 - 0.1 + 1.1) / 3)
     assert paired_t_test(a, a).p_value == 1.0  # the same numbers: no evidence of a difference
     assert math.isnan(paired_t_test({1: 1.0}, {1: 2.0}).p_value)  # one shared seed: no test
+    offset = paired_t_test({1: 2.0, 2: 3.0, 3: 4.0}, {1: 1.0, 2: 2.0, 3: 3.0})  # ttest_rel: t = inf, p = 0
+    assert offset.difference == 1.0 and math.isnan(offset.statistic) and math.isnan(offset.p_value)
 
 
 def test_holm_equals_a_hand_computation():

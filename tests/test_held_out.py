@@ -30,9 +30,9 @@ def tiny_encoder():
     return build_encoder(model, OmegaConf.to_container(cfg.pooling, resolve=True)).eval()
 
 
-def test_other_tasks_leave_stsb_test_as_it_was(data_root):
+def test_other_tasks_leave_stsb_test_as_it_was(small_stsb, data_root):
     # each task is encoded on its own sentences: adding STS16 cannot move STS-B test's number (same computation)
-    stsb = data_root / "senteval" / "downstream" / "STS" / "STSBenchmark"
+    stsb = small_stsb
     senteval = data_root / "senteval" / "downstream"
     encoder = tiny_encoder()
     alone, _ = HeldOutTasks(stsb, senteval, ["STSBenchmark"], Resampling(resamples=200)).score(encoder, 64)

@@ -17,7 +17,7 @@ from sentemb.common.metric_names import DEV_SPEARMAN_BEST_LOGGED
 from sentemb.eval.bootstrap import Resampling
 from sentemb.eval.geometry import alignment, uniformity
 from sentemb.eval.similarities import SIMILARITIES_NAME, read_similarities
-from sentemb.eval.sts import SentencePairs, load_sts_task, read_sts_subset, score_sts_task
+from sentemb.eval.sts import SentencePairs, load_sts_task, read_sts_subset, read_stsb_split, score_sts_task
 from sentemb.eval.suite import evaluate, flat_metrics, resolve_tasks
 from tests.conftest import CONF_DIR
 
@@ -55,6 +55,17 @@ def test_aggregates_all_mean_wmean():
     assert agg["all"] == pytest.approx(pooled, **close)
     # 'all' pools the pairs, so it is neither average: the tables' number is not 'wmean'
     assert abs(agg["all"] - agg["wmean"]) > 1 and abs(agg["all"] - agg["mean"]) > 1
+
+
+def test_a_file_without_a_scored_pair_is_refused_by_name(tmp_path):
+    # no pair: no correlation and no interval; refused when read, before a model loads or a job trains
+    (tmp_path / "STS.input.x.txt").write_text("a\tb\n", encoding="utf-8")
+    (tmp_path / "STS.gs.x.txt").write_text("\n", encoding="utf-8")
+    with pytest.raises(SentembConfigError, match=r"STS.gs.x.txt: no scored sentence pair in it. Fix"):
+        read_sts_subset(tmp_path, "x")
+    (tmp_path / "sts-test.csv").write_text("", encoding="utf-8")
+    with pytest.raises(SentembConfigError, match=r"sts-test.csv: no scored sentence pair in it"):
+        read_stsb_split(tmp_path / "sts-test.csv")
 
 
 def test_sts_subset_skips_empty_gold_and_names_bad_lines(tmp_path):

@@ -181,8 +181,34 @@ def test_a_configuration_is_tested_on_the_seeds_it_shares_with_the_best_only(tmp
     assert focal["difference"] == pytest.approx(-2.75, rel=1e-12)  # (−3 − 2.5)/2 in floats: exact up to rounding
     assert expected["mmhe", METRICS[0]]["shared"] == 1 and math.isnan(expected["mmhe", METRICS[0]]["p"])
     column = vs_best_column(markdown)
-    assert column["mmhe"] == "no test (1 shared seed)"
+    assert column["mmhe"] == "1 shared seed(s): no test"
     assert column["focal"].endswith(f"(p {focal['p']:.3g})")
+
+
+def test_a_repeated_seed_or_a_constant_offset_gets_no_test_and_says_why(tmp_path):
+    """Guards two cases ttest_rel would get wrong: a seed run twice (no pairing) and no seed variance (t = ±inf)."""
+    scores = {
+        "infonce": {1: (82.0, 77.0, 71.0), 2: (83.0, 78.5, 72.0), 3: (84.0, 78.0, 73.5)},
+        "paradigm": {1: (81.0, 76.0, 70.0), 2: (82.0, 77.4, 71.0), 3: (83.0, 77.1, 72.6)},  # dev: 1.0 below, each seed
+    }
+    fake_sweep(tmp_path, scores)
+    focal = [(1, 80.0), (1, 80.5), (2, 79.0)]  # seed 1 twice: two jobs of the same values and seed
+    for number, (seed, dev) in enumerate(focal, start=10):
+        write_record(tmp_path / str(number), {"status": "ok", "message": "",
+                     "metrics": {METRICS[0]: dev, METRICS[1]: dev - 5, METRICS[2]: dev - 10, BEST_STEP: 10},
+                     "overrides": ["loss=focal", f"seed={seed}"], "swept": {"loss": "focal", "seed": str(seed)},
+                     "seed": seed})  # fmt: skip
+    result = write_report(tmp_path)
+    rows = {(r["loss"], r["metric"]): r for r in csv.DictReader((tmp_path / TESTS_NAME).open())}
+    constant = rows["paradigm", METRICS[0]]
+    assert (constant["p"], constant["separable"]) == ("nan", "") and float(constant["difference_to_best"]) == -1.0
+    assert constant["note"] == "the same difference on every seed: no seed variance, no t-test"
+    assert rows["paradigm", METRICS[1]]["note"] == ""  # test scores vary: tested
+    repeated = rows["focal", METRICS[0]]
+    assert (repeated["n"], repeated["p"], repeated["note"]) == ("3", "nan", "seed 1 ran twice in one configuration: "
+                                                                "no paired test")  # fmt: skip
+    column = vs_best_column(result["markdown"])
+    assert column["focal"] == "seed 1 ran twice in one configuration: no paired test"
 
 
 @pytest.mark.slow  # multi-process run (CLI subprocesses, sweeps): make test-slow

@@ -15,6 +15,7 @@ per resample. `tests/test_bootstrap.py` checks it against a loop over `scipy.sta
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,10 +42,6 @@ class Interval:
 
     def as_dict(self) -> dict[str, float]:
         return {"estimate": self.estimate, "low": self.low, "high": self.high}
-
-    def text(self, decimals: int = 2) -> str:
-        """`82.03 [81.10, 82.93]`, the tables' form."""
-        return f"{self.estimate:.{decimals}f} [{self.low:.{decimals}f}, {self.high:.{decimals}f}]"
 
 
 @dataclass(frozen=True)
@@ -221,9 +218,12 @@ def paired_spearman_difference(
 
 
 def two_sided_p(differences: np.ndarray) -> float:
-    """Two-sided bootstrap p-value of a zero difference: twice the smaller share of resampled differences on either
-    side of 0, each counted with the observed sample ((k + 1) / (B + 1), Davison & Hinkley 1997, §4.4), at most 1."""
+    """Two-sided bootstrap p-value of a zero difference, by inverting the percentile interval: twice the smaller share
+    of resampled differences on either side of 0, each share counted with the observed sample ((k + 1) / (B + 1),
+    as Davison & Hinkley 1997, §4.4, count Monte Carlo p-values, so no p is 0), at most 1."""
     kept = differences[~np.isnan(differences)]
+    if not len(kept):  # every resample undefined (all values tied): no test
+        return math.nan
     below = (np.count_nonzero(kept <= 0) + 1) / (len(kept) + 1)
     above = (np.count_nonzero(kept >= 0) + 1) / (len(kept) + 1)
     return float(min(1.0, 2.0 * min(below, above)))

@@ -13,12 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from sentemb.eval.bootstrap import Resampling
+from sentemb.eval.bootstrap import LEVEL, Resampling
 from sentemb.eval.significance import holm, paired_t_test, separable, t_interval
 from sentemb.eval.sts import SentencePairs, correlations, interval_figures, table_figure
 
 
-def pooled_test_pairs(task: str, subsets: dict[str, SentencePairs], similarities: dict[str, np.ndarray]):
+def pooled_test_pairs(
+    task: str, subsets: dict[str, SentencePairs], similarities: dict[str, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """(cosines, gold, subset sizes) of a task's table figure: STS12–16's subsets pooled, else the test split."""
     names = interval_figures(task, subsets)[table_figure(task)]
     return (
@@ -51,18 +53,21 @@ def compare_models(
     return corrected(rows)
 
 
-def compare_seeds(a: Mapping[str, Mapping[int, float]], b: Mapping[str, Mapping[int, float]]) -> list[dict[str, Any]]:
+def compare_seeds(
+    a: Mapping[str, Mapping[int, float]], b: Mapping[str, Mapping[int, float]], level: float = LEVEL
+) -> list[dict[str, Any]]:
     """Per task both contenders hold: mean and t-interval over each one's seeds, and the paired t-test of A − B over
     the seeds both ran (its mean difference with the t-interval of the paired differences)."""
     rows = []
     for task in [task for task in a if task in b]:
         test = paired_t_test(a[task], b[task])
         differences = [a[task][seed] - b[task][seed] for seed in test.seeds]
-        difference = t_interval(differences) if differences else None
+        difference = t_interval(differences, level) if differences else None
         rows.append({
             "task": task, "test": "paired t over seeds", "n": len(test.seeds),
             "seeds": list(test.seeds),
-            "a": t_interval(list(a[task].values())).as_dict(), "b": t_interval(list(b[task].values())).as_dict(),
+            "a": t_interval(list(a[task].values()), level).as_dict(),
+            "b": t_interval(list(b[task].values()), level).as_dict(),
             "difference": difference.as_dict() if difference else {"estimate": math.nan, "low": math.nan,
                                                                       "high": math.nan},
             "t": test.statistic, "p": test.p_value,

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import t as student_t
 from scipy.stats import ttest_rel
-from statsmodels.stats.multitest import multipletests
 
 from sentemb.eval.bootstrap import LEVEL, Interval
 
@@ -39,7 +38,8 @@ class SeedTest:
 
 def paired_t_test(scores: Mapping[int, float], reference: Mapping[int, float]) -> SeedTest:
     """`scipy.stats.ttest_rel` over the seeds both mappings hold (Focal-InfoNCE's protocol, §5); fewer than two
-    shared seeds: no test (nan). Equal scores on every shared seed: no difference, p = 1."""
+    shared seeds: no test (nan). Equal scores on every shared seed: no difference, p = 1. The same non-zero
+    difference on every seed: no seed variance to test against, so no test (nan; ttest_rel would say t = ±inf)."""
     seeds = tuple(sorted(set(scores) & set(reference)))
     a = np.asarray([scores[s] for s in seeds], dtype=np.float64)
     b = np.asarray([reference[s] for s in seeds], dtype=np.float64)
@@ -48,6 +48,8 @@ def paired_t_test(scores: Mapping[int, float], reference: Mapping[int, float]) -
         return SeedTest(seeds, difference, math.nan, math.nan)
     if np.array_equal(a, b):  # ttest_rel's 0/0: the same numbers are no evidence of a difference
         return SeedTest(seeds, 0.0, 0.0, 1.0)
+    if np.ptp(a - b) == 0:  # a constant offset: the seeds measured no noise, and t = d / 0 tests nothing
+        return SeedTest(seeds, difference, math.nan, math.nan)
     result = ttest_rel(a, b)
     return SeedTest(seeds, difference, float(result.statistic), float(result.pvalue))
 
@@ -55,6 +57,9 @@ def paired_t_test(scores: Mapping[int, float], reference: Mapping[int, float]) -
 def holm(p_values: Sequence[float]) -> list[float]:
     """Holm's (1979) step-down adjusted p-values over one family of tests (statsmodels' `multipletests`); an
     undefined p (nan) stays nan and is not counted in the family."""
+    # imported here: statsmodels costs ~0.2 s to import, and only the reports that test call this
+    from statsmodels.stats.multitest import multipletests
+
     p = np.asarray(p_values, dtype=np.float64)
     adjusted = np.full(len(p), math.nan)
     defined = ~np.isnan(p)

@@ -101,7 +101,16 @@ def read_sts_subset(directory: Path, subset: str) -> SentencePairs:
         first.append(_tokens(columns[0]))
         second.append(_tokens(columns[1]))
         gold.append(_score(score, scores, number))
-    return SentencePairs(first, second, np.asarray(gold, dtype=np.float64))
+    return scored(SentencePairs(first, second, np.asarray(gold, dtype=np.float64)), scores)
+
+
+def scored(pairs: SentencePairs, path: Path) -> SentencePairs:
+    """`pairs`, refused if none is scored: no correlation (nor its interval) exists without pairs."""
+    if not len(pairs.gold):
+        raise SentembConfigError(
+            f"{path}: no scored sentence pair in it. Fix: restore the file from the SentEval download."
+        )
+    return pairs
 
 
 def _read_scored_pairs(path: Path, columns: tuple[int, int, int], layout: str, header: bool) -> SentencePairs:
@@ -116,7 +125,7 @@ def _read_scored_pairs(path: Path, columns: tuple[int, int, int], layout: str, h
             first.append(_tokens(fields[first_at]))
             second.append(_tokens(fields[second_at]))
             gold.append(_score(fields[score_at], path, number))
-    return SentencePairs(first, second, np.asarray(gold, dtype=np.float64))
+    return scored(SentencePairs(first, second, np.asarray(gold, dtype=np.float64)), path)
 
 
 def read_stsb_split(path: Path) -> SentencePairs:

@@ -166,6 +166,7 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
         )
 
     results: dict[str, Any] = {"source": source, "tasks": tasks, "sentences_encoded": len(cache)}
+    results["intervals"] = resampling.as_dict()  # the STS intervals' and the transfer test sets' bootstrap
     if sts_data:
         results |= score_sts(sts_data, cache, resampling, clock)
         write_similarities(output_dir / SIMILARITIES_NAME, sts_data, results.pop("similarities"))
@@ -199,8 +200,8 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
 def score_sts(
     sts_data: dict[str, dict[str, SentencePairs]], embed: Embed, resampling: Resampling, clock: Stopwatch
 ) -> dict[str, Any]:
-    """Each task's scores (`sts`), the table (`sts_table`) with its intervals (`sts_table_intervals`), the procedure
-    (`intervals`) and the cosines (`similarities`, for similarities.npz)."""
+    """Each task's scores (`sts`), the table (`sts_table`) with its intervals (`sts_table_intervals`) and the cosines
+    (`similarities`, for similarities.npz)."""
     with clock("sts_scores"):
         similarities = {task: sts_similarities(subsets, embed) for task, subsets in sts_data.items()}
         sts = {task: score_similarities(subsets, similarities[task]) for task, subsets in sts_data.items()}
@@ -215,7 +216,6 @@ def score_sts(
         "sts_table_intervals": {
             task: sts[task]["intervals"][table_figure(task)] for task, score in table.items() if score is not None
         },
-        "intervals": resampling.as_dict(),
         "similarities": similarities,
     }
 

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from sentemb.common.errors import SentembConfigError
-from sentemb.common.metric_names import sts_test_metric
+from sentemb.common.file_values import read_json
+from sentemb.common.metric_names import TEST_SPEARMAN, read_metric, sts_test_metric
 from sentemb.eval.similarities import SIMILARITIES_NAME
 from sentemb.eval.sts import STS_TASKS
 from sentemb.runs.jobs import override_key
@@ -69,8 +70,8 @@ def contender(argument: str) -> Contender:
         return run_folder(argument, path)
     if (path / RESULTS).is_file():
         return evaluation_folder(argument, path)
-    if (path / ONNX_RECIPE).is_file():
-        return Contender(argument, ("onnx", path), cached=existing(path / "eval" / SIMILARITIES_NAME))
+    if (path / ONNX_RECIPE).is_file():  # its eval/ scored the torch encoder it came from, not this graph: encoded
+        return Contender(argument, ("onnx", path))
     if (path / MODULES).is_file():
         return Contender(argument, ("exported", path), cached=existing(path / "eval" / SIMILARITIES_NAME))
     if any(path.rglob(RECORD_NAME)):
@@ -92,30 +93,26 @@ def run_folder(label: str, folder: Path) -> Contender:
             "scored weights. Fix: compare a finished run, or one of its checkpoints (.ckpt)"
         )
     best = metrics.get("best_checkpoint")
-    if not isinstance(best, str) or not best:
-        raise SentembConfigError(
-            f"compare: {folder} kept no best checkpoint (callbacks=none: the final weights were scored and not "
-            "saved), so there is no model to encode. Fix: compare runs trained with callbacks=default"
-        )
-    checkpoint = Path(best)
-    if not checkpoint.is_absolute() and not checkpoint.is_file():
+    cached = existing(folder / SIMILARITIES_NAME)
+    if not isinstance(best, str) or not best:  # callbacks=none: the scored final weights were not saved
+        return Contender(label, None, cached=cached)
+    checkpoint = Path(best).expanduser()
+    if not checkpoint.is_absolute():  # a relative path is the run's own checkpoints/ file, wherever compare runs
         checkpoint = folder / "checkpoints" / checkpoint.name
-    return Contender(label, ("checkpoint", checkpoint), cached=existing(folder / SIMILARITIES_NAME))
+    return Contender(label, ("checkpoint", checkpoint), cached=cached)
 
 
 def run_cache_of(checkpoint: Path) -> list[Path]:
     """The similarities.npz of the run a checkpoint belongs to, when that run's closing report scored this file."""
     folder = checkpoint.resolve().parent.parent
     record = read_record(folder) if (folder / RECORD_NAME).is_file() else None
-    best = (record or {}).get("metrics", {}).get("best_checkpoint") if record else None
+    best = ((record or {}).get("metrics") or {}).get("best_checkpoint")
     same = isinstance(best, str) and Path(best).expanduser().resolve() == checkpoint.resolve()
     return existing(folder / SIMILARITIES_NAME) if same else []
 
 
 def evaluation_folder(label: str, folder: Path) -> Contender:
     """`python -m sentemb.evaluate`'s folder: its cosines, and its checkpoint (if any) for what it did not score."""
-    from sentemb.common.file_values import read_json
-
     results = read_json(folder / RESULTS)
     source = results.get("source") if isinstance(results, dict) else None
     checkpoint = source.get("checkpoint") if isinstance(source, dict) else None
@@ -129,6 +126,12 @@ def sweep_configuration(label: str, folder: Path, overrides: list[str]) -> Conte
     """The finished jobs of a sweep with the swept values `overrides` (key=value, as the jobs' records hold them)."""
     if not folder.is_dir():
         raise SentembConfigError(f"compare: {label}: {folder} is not a folder. {FIX}")
+    malformed = [o for o in overrides if "=" not in o]
+    if malformed:
+        raise SentembConfigError(
+            f"compare: {label}: {', '.join(malformed)} is not key=value. Fix: {folder}:key=value[,key=value], "
+            "e.g. loss=focal,loss.tau=0.05"
+        )
     wanted = {override_key(o): o.split("=", 1)[1] for o in overrides}
     records = [(d, r) for d, r in read_records(folder) if r["status"] == "ok"]
     jobs = []
@@ -158,11 +161,16 @@ def sweep_configuration(label: str, folder: Path, overrides: list[str]) -> Conte
         raise SentembConfigError(f"compare: {label}: two of its jobs ran the same seed ({seeds}). Fix: name one job")
     scores: dict[str, dict[int, float]] = {}
     for task in STS_TASKS:
-        found = {r["seed"]: r["metrics"][sts_test_metric(task)] for _, r, _ in jobs
-                 if isinstance((r.get("metrics") or {}).get(sts_test_metric(task)), int | float)}  # fmt: skip
-        if len(found) == len(jobs):
-            scores[task] = found
+        values = {r["seed"]: recorded_test_score(r.get("metrics") or {}, task) for _, r, _ in jobs}
+        if all(isinstance(v, int | float) for v in values.values()):
+            scores[task] = values
     return Contender(label, seeds=scores, jobs=[str(d) for d, _, _ in jobs])
+
+
+def recorded_test_score(metrics: dict[str, Any], task: str) -> Any:
+    """A job's recorded test score of an STS task (STS-B's also under its name from before today's metric names)."""
+    name = sts_test_metric(task)
+    return read_metric(metrics, name) if name == TEST_SPEARMAN else metrics.get(name)
 
 
 def task_names(contenders: list[Contender], asked: list[str]) -> list[str]:

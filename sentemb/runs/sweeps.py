@@ -46,11 +46,11 @@ from sentemb.common.metric_names import (
     sts_test_metric,
 )
 from sentemb.common.wandb_mode import wandb_mode
-from sentemb.eval.significance import holm, paired_t_test, separable, t_interval
 from sentemb.eval.sts import STS_TASKS
 from sentemb.runs.jobs import current_hydra, job_overrides, override_key
 from sentemb.runs.optuna_study import optuna_report
 from sentemb.runs.record import RECORD_NAME, STATUSES, read_records
+from sentemb.runs.seed_tests import TESTS_NAME, seed_tests, tests_note, versus_best
 from sentemb.runs.sweep_figures import four_digits, grid_figures, readable
 
 
@@ -70,7 +70,7 @@ def job_rows(sweep_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
     varying = {k for k in keys if len({v.get(k) for v in values}) > 1}
     swept = varying | {k for _, record in records for k in record.get("swept", {})}
     params = [k for k in dict.fromkeys(k for v in values for k in v) if k in swept and k != "seed"]
-    tasks = [t for t in STS_TASKS if t != "STSBenchmark" and any(sts_test_metric(t) in r.get("metrics") or {}
+    tasks = [t for t in STS_TASKS if t != "STSBenchmark" and any(sts_test_metric(t) in (r.get("metrics") or {})
                                                                    for _, r in records)]  # fmt: skip
     rows = []
     for (directory, record), overrides in zip(records, values, strict=True):
@@ -116,73 +116,6 @@ def configurations(rows: list[dict[str, Any]], params: list[str]) -> list[dict[s
             }
         )
     return sorted(out, key=lambda c: -c["dev_mean"])
-
-
-# the columns a seed test compares: what the sweep ranks by, then each STS test task (Holm's family)
-RANKED_BY = ("best_dev", DEV_SPEARMAN_BEST_RESCORED)
-TESTS_NAME = "sweep_tests.csv"
-
-
-def test_columns(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    """(row column, metric name) of every score a seed test compares: the ranked dev score, STS-B test and each
-    other STS task's test score the jobs were scored on."""
-    tasks = [key.removeprefix("test_") for key in (rows[0] if rows else {}) if key.startswith("test_")]
-    return [RANKED_BY, ("test", TEST_SPEARMAN), *((f"test_{t}", sts_test_metric(t)) for t in tasks)]
-
-
-def seed_tests(rows: list[dict[str, Any]], params: list[str], configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """For every configuration and score: its mean, std and t-interval over seeds, its difference to the best
-    configuration and the paired t-test over the seeds both ran (`scipy.stats.ttest_rel`), Holm-adjusted over the
-    STS test tasks (the ranked dev score is a family of its own), and whether it is separable at α = 0.05."""
-    by_config: dict[tuple, list[dict[str, Any]]] = {}
-    for row in rows:
-        if row["status"] == "ok" and row["best_dev"] is not None:
-            by_config.setdefault(tuple(row[p] for p in params), []).append(row)
-    columns = [(column, name) for column, name in test_columns(rows) if any(r.get(column) is not None for r in rows)]
-    best = by_config[tuple(configs[0][p] for p in params)] if configs else []
-    out = []
-    for rank, config in enumerate(configs, start=1):
-        members = by_config[tuple(config[p] for p in params)]
-        found = []
-        for column, name in columns:
-            scores = {m["seed"]: m[column] for m in members if m.get(column) is not None}
-            if not scores:
-                continue
-            reference = {m["seed"]: m[column] for m in best if m.get(column) is not None}
-            test = paired_t_test(scores, reference) if rank > 1 else None
-            interval = t_interval(list(scores.values()))
-            found.append({
-                "rank": rank, **{p: config[p] for p in params}, "metric": name, "n": len(scores),
-                "seeds": " ".join(str(s) for s in sorted(scores)), "mean": interval.estimate,
-                "std": statistics.stdev(scores.values()) if len(scores) > 1 else math.nan,
-                "ci_low": interval.low, "ci_high": interval.high,
-                "difference_to_best": test.difference if test else 0.0,
-                "shared_seeds": len(test.seeds) if test else len(scores),
-                "t": test.statistic if test else math.nan, "p": test.p_value if test else math.nan,
-            })  # fmt: skip
-        tasks = [row for row in found if row["metric"] != RANKED_BY[1]]
-        for row, adjusted in zip(tasks, holm([row["p"] for row in tasks]), strict=True):
-            row["p_holm"] = adjusted
-        for row in found:
-            row.setdefault("p_holm", row["p"])
-            row["separable"] = "best" if rank == 1 else separable(row["p_holm"])
-        out += found
-    return out
-
-
-def versus_best(tests: list[dict[str, Any]], config: dict[str, Any], params: list[str]) -> str:
-    """The ranked score's test against the best, as sweep.md shows it."""
-    for row in tests:
-        if row["metric"] == RANKED_BY[1] and all(row[p] == config[p] for p in params):
-            if row["rank"] == 1:
-                return "best"
-            if config["n"] < 2:
-                return "single seed: no test"
-            if row["separable"] is None:
-                return f"no test ({row['shared_seeds']} shared seed)"
-            word = "separable" if row["separable"] else "**not separable**"
-            return f"{word} (p {row['p']:.3g})"
-    return ""
 
 
 def pooled_seed_std(configs: list[dict[str, Any]]) -> tuple[float, int]:
@@ -270,28 +203,6 @@ def markdown(
     return "\n".join(lines) + "\n"
 
 
-def tests_note(configs: list[dict[str, Any]], tests: Sequence[dict[str, Any]]) -> list[str]:
-    """Which configurations cannot be told apart from the best, and which have a single seed (no test)."""
-    if len(configs) < 2:
-        return []
-    level = [r for r in tests if r["metric"] == RANKED_BY[1] and r["rank"] > 1]
-    tied = [str(r["rank"]) for r in level if r["separable"] is False]
-    single = [str(rank) for rank, c in enumerate(configs, start=1) if c["n"] < 2]
-    lines = [
-        "vs best: the paired t-test (scipy.stats.ttest_rel) of each configuration's best dev against the best "
-        "configuration's over the seeds both ran, α = 0.05; per STS test task, Holm-corrected over the tasks, in "
-        f"{TESTS_NAME}."
-    ]
-    if tied:
-        lines.append(f"Not separable from the best: rank {', '.join(tied)}.")
-    if single:
-        lines.append(
-            f"Single seed (no test, no seed noise): rank {', '.join(single)}. Fix: rerun with seed=1,2,3 "
-            "(docs/sweeps.md#seeds)."
-        )
-    return [*lines, ""]
-
-
 def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
     import csv
 
@@ -310,7 +221,7 @@ def write_report(sweep_dir: Path) -> dict[str, Any]:
     optuna = optuna_report(sweep_dir)  # None: not an Optuna study, so a grid's figures
     pngs, notes = optuna if optuna is not None else (grid_figures(sweep_dir, rows, params), [])
     tests = seed_tests(rows, params, configs)
-    if tests:
+    if any(c["n"] > 1 for c in configs):  # a table of seed tests needs seeds
         write_csv(sweep_dir / TESTS_NAME, tests)
     report = markdown(sweep_dir, rows, params, configs, notes, tests)
     (sweep_dir / "sweep.md").write_text(report, encoding="utf-8")
@@ -347,7 +258,8 @@ def log_to_wandb(result: dict[str, Any], project: str, group: str, directory: Pa
     run.log({"sweep/jobs": wandb.Table(columns=columns, data=[[r[c] for c in columns] for r in result["rows"]])})
     if result["tests"]:  # the paired t-tests against the best configuration (sweep_tests.csv)
         names = list(result["tests"][0])
-        run.log({"sweep/tests": wandb.Table(columns=names, data=[[str(r[c]) for c in names] for r in result["tests"]])})
+        rows = [[str(r[c]) if c == "separable" else r[c] for c in names] for r in result["tests"]]  # True/"best"
+        run.log({"sweep/tests": wandb.Table(columns=names, data=rows)})
     run.log({f"sweep/{png.stem}": wandb.Image(str(png)) for png in result["figures"]})
     run.summary["sweep/markdown"] = result["markdown"]
     run.finish()

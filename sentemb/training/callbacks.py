@@ -51,7 +51,7 @@ class STSBDevEvaluation(Callback):
         check_every_n_steps(every_n_steps)
         self.benchmark = STSBenchmark(Path(stsb_dir), splits=("dev",))
         self.resampling = Resampling.from_settings(intervals, "eval.intervals")
-        senteval_dir = Path(senteval_dir) if senteval_dir else Path(stsb_dir).parents[1]
+        senteval_dir = Path(senteval_dir) if senteval_dir else Path(stsb_dir).parent.parent  # <root>/STS/STSBenchmark
         self.held_out = HeldOutTasks(Path(stsb_dir), senteval_dir, test_tasks, self.resampling)
         self.every_n_steps = every_n_steps
         self.batch_size = batch_size

@@ -216,7 +216,12 @@ def _scores(
     if output_dir is not None and trainer.is_global_zero:
         data = {**dev_eval.held_out.data, "STSBenchmark": {**dev_eval.held_out.data["STSBenchmark"], "dev": dev_pairs}}
         similarities["STSBenchmark"]["dev"] = dev_similarities
-        write_similarities(Path(output_dir) / SIMILARITIES_NAME, data, similarities)
+        try:
+            write_similarities(Path(output_dir) / SIMILARITIES_NAME, data, similarities)
+        except OSError as err:  # a cache for sentemb.compare: the job's scores stand without it
+            warnings.warn(
+                f"{output_dir}/{SIMILARITIES_NAME} not written ({err}); sentemb.compare re-encodes", stacklevel=1
+            )
     return {dev_name: dev["spearman"], **bounds, **test, step_name: step}
 
 
