@@ -53,7 +53,7 @@ from sentemb.encoders.serving.onnx_embedder import OnnxEncoder
 from sentemb.encoders.serving.onnx_graph import check_graph_parts, write_onnx_folder
 from sentemb.eval.deployed import ArtefactCheck, artefact_table
 from sentemb.eval.report import markdown_report
-from sentemb.eval.suite import evaluate, load_encoder, served_checkpoint
+from sentemb.eval.suite import RESULTS_SHAPE, evaluate, load_encoder, served_checkpoint
 from sentemb.st_modules import FolderConfig, SentembEncoder, folder_model, save_sentemb_parts
 
 
@@ -295,7 +295,6 @@ HYDRA_FILES_FIX = "Fix: restore the run's .hydra/ files, or move them away (the 
 
 # results.json (sentemb.evaluate): scores and the record of what was evaluated (its parts by registry name; older
 # files by `_target_` path, shown only)
-RESULTS_SHAPE = Shape(targets=("source.model.backbone", "source.model.tokenizer", "source.pooling", "source.head"))
 
 
 def export(cfg: DictConfig) -> Path:

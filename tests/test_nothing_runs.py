@@ -432,9 +432,17 @@ def overrides_reader(tmp_path: Path) -> None:
 
 def results_reader(tmp_path: Path) -> None:
     write_text(tmp_path / "run" / "results.json", json.dumps({"sts": {"_target_": "os.system"}}))
-    from sentemb.export import RESULTS_SHAPE
+    from sentemb.eval.suite import RESULTS_SHAPE
 
     read_json(tmp_path / "run" / "results.json", RESULTS_SHAPE)
+
+
+def evaluation_folder_reader(tmp_path: Path) -> None:
+    from sentemb.runs.contenders import contender
+
+    source = {"checkpoint": "${oc.env:SENTEMB_TEST_SECRET}", "pooling": {"name": "mean"}}
+    write_text(tmp_path / "eval" / "results.json", json.dumps({"source": source}))
+    contender(str(tmp_path / "eval"))
 
 
 def optuna_reader(tmp_path: Path) -> None:
@@ -492,6 +500,7 @@ READERS = {
     ("sentemb/encoders/checkpoint.py", "read_checkpoint"): checkpoint_reader,
     ("sentemb/export.py", "training_command"): overrides_reader,
     ("sentemb/export.py", "write_export"): results_reader,
+    ("sentemb/runs/contenders.py", "evaluation_folder"): evaluation_folder_reader,
     ("sentemb/runs/optuna_study.py", "optuna_sweep"): optuna_reader,
     ("sentemb/runs/jobs.py", "swept_keys"): multirun_reader,
     ("sentemb/eval/suite.py", "onnx_artefact"): onnx_recipe_reader,

@@ -128,6 +128,9 @@ def onnx_artefact(cfg: DictConfig) -> OnnxEncoder:
         raise SentembConfigError(f"onnx={cfg.onnx}: {err}. {ONNX_FIX}") from None
 
 
+# results.json read back (the card of sentemb.export, sentemb.compare): its source's part configs may be
+# results of issue-37-or-older runs, which named their parts by `_target_` (shown or compared, never built)
+RESULTS_SHAPE = Shape(targets=("source.model.backbone", "source.model.tokenizer", "source.pooling", "source.head"))
 ONNX_RECIPE_SHAPE = Shape(
     keys={
         "": (

@@ -24,6 +24,7 @@ from sentemb.common.file_values import read_json
 from sentemb.common.metric_names import TEST_SPEARMAN, read_metric, sts_test_metric
 from sentemb.eval.similarities import SIMILARITIES_NAME
 from sentemb.eval.sts import STS_TASKS
+from sentemb.eval.suite import RESULTS_SHAPE
 from sentemb.runs.jobs import override_key
 from sentemb.runs.record import RECORD_NAME, read_record, read_records
 
@@ -113,7 +114,7 @@ def run_cache_of(checkpoint: Path) -> list[Path]:
 
 def evaluation_folder(label: str, folder: Path) -> Contender:
     """`python -m sentemb.evaluate`'s folder: its cosines, and its checkpoint (if any) for what it did not score."""
-    results = read_json(folder / RESULTS)
+    results = read_json(folder / RESULTS, RESULTS_SHAPE)
     source = results.get("source") if isinstance(results, dict) else None
     checkpoint = source.get("checkpoint") if isinstance(source, dict) else None
     onnx = source.get("onnx") if isinstance(source, dict) else None
