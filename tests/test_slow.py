@@ -50,7 +50,7 @@ def test_ddp_on_two_cpu_processes(small_corpus, tmp_path):
     assert "STS-B test Spearman" in result.stdout
     # rank 0 scores the best checkpoint with the callback's own computation: the logged figure to the last digit
     printed = re.search(
-        r"STS-B dev Spearman \(best, step 3\): (\S+)   \[logged during training: (\S+)\]", result.stdout
+        r"STS-B dev Spearman \(best, step 3\): (\S+) \[\S+, \S+\]   \(logged during training: (\S+)\)", result.stdout
     )
     assert printed and printed[1] == printed[2], result.stdout[-2000:]
     rows = list(csv.DictReader((tmp_path / "csv" / "version_0" / "metrics.csv").open()))

@@ -81,7 +81,7 @@ def test_two_by_two_sweep_with_two_seeds_gives_records_report_and_named_wandb_ru
     table = [
         line for line in (sweep_dir / "sweep.md").read_text().splitlines() if line.startswith("| ") and "±" in line
     ]
-    assert len(table) == 4 and all(line.split("|")[-3].strip() == "2" for line in table), table  # n = 2 seeds
+    assert len(table) == 4 and all(line.split("|")[-4].strip() == "2" for line in table), table  # n = 2 seeds
     for png in ("sweep_loss.m.png", "sweep_loss.r.png", "sweep_heatmap.png"):
         assert (sweep_dir / png).stat().st_size > 5_000, png
     report_run = run_info(wandb_log(sweep_dir))
