@@ -110,6 +110,26 @@ def test_identical_checkpoints_differ_by_exactly_zero(tiny_overrides, small_stsb
     assert markdown.count("| 0.00 [0.00, 0.00] | 1 | 1 | no |") == 4
 
 
+def test_an_exported_folder_is_compared_as_the_checkpoint_it_came_from(
+    tiny_overrides, small_stsb, small_data, tmp_path
+):
+    """The exported-folder branch: sentence-transformers encodes the same weights (in its own batches), so the
+    difference is ~0 and not separable."""
+    from sentemb.common.hydra_plumbing import compose_config
+    from sentemb.common.paths import CONF_DIR
+    from sentemb.export import export
+
+    metrics = train(compose_train([*tiny_overrides, f"eval.stsb_dir={small_stsb}"], output_dir=tmp_path / "run"))
+    folder = export(compose_config(CONF_DIR, "export", [f"checkpoint={metrics['best_checkpoint']}",
+                                                        f"out={tmp_path / 'st'}"]))  # fmt: skip
+    argv = [metrics["best_checkpoint"], str(folder), "--tasks", "STSBenchmark", "--data-dir", str(small_data)]
+    result = compare(argv, tmp_path / "cmp")
+    assert result["contenders"][1]["model"] == ["exported", str(folder)]
+    [row] = result["comparisons"][0]["rows"]
+    # other batches and padding (sentence-transformers' own): float32 last bits, ~1e-4 points of Spearman at most
+    assert abs(row["difference"]["estimate"]) < 0.01 and row["separable"] is False
+
+
 def test_a_run_folder_reuses_the_cosines_its_closing_report_kept(
     tiny_overrides, small_stsb, small_data, tmp_path, monkeypatch, capsys
 ):
