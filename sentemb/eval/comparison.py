@@ -15,19 +15,7 @@ import numpy as np
 
 from sentemb.eval.bootstrap import LEVEL, Resampling
 from sentemb.eval.significance import holm, paired_t_test, separable, t_interval
-from sentemb.eval.sts import SentencePairs, correlations, interval_figures, table_figure
-
-
-def pooled_test_pairs(
-    task: str, subsets: dict[str, SentencePairs], similarities: dict[str, np.ndarray]
-) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """(cosines, gold, subset sizes) of a task's table figure: STS12–16's subsets pooled, else the test split."""
-    names = interval_figures(task, subsets)[table_figure(task)]
-    return (
-        np.concatenate([similarities[name] for name in names]),
-        np.concatenate([subsets[name].gold for name in names]),
-        [len(subsets[name].gold) for name in names],
-    )
+from sentemb.eval.sts import SentencePairs, correlations, figure_pairs, table_figure
 
 
 def compare_models(
@@ -39,8 +27,8 @@ def compare_models(
     """Per task: A's and B's Spearman ×100 with their bootstrap intervals, and the paired bootstrap of A − B."""
     rows = []
     for task, subsets in data.items():
-        predicted_a, gold, sizes = pooled_test_pairs(task, subsets, a[task])
-        predicted_b, _, _ = pooled_test_pairs(task, subsets, b[task])
+        predicted_a, gold, sizes = figure_pairs(task, subsets, a[task], table_figure(task))
+        predicted_b, _, _ = figure_pairs(task, subsets, b[task], table_figure(task))
         score_a = correlations(predicted_a, gold)["spearman"]
         score_b = correlations(predicted_b, gold)["spearman"]
         paired = resampling.paired(predicted_a, predicted_b, gold, score_a - score_b, sizes)

@@ -215,12 +215,23 @@ def sts_intervals(
     """{figure: Spearman ×100 with its bootstrap interval} for the figures of `interval_figures`; the estimates are
     `result`'s own numbers (`score_similarities` of the same similarities)."""
     intervals = {}
-    for figure, names in interval_figures(task, subsets).items():
+    for figure in interval_figures(task, subsets):
         estimate = result["all"]["spearman"]["all"] if figure == "all" else result["subsets"][figure]["spearman"]
-        predicted = np.concatenate([similarities[name] for name in names])
-        gold = np.concatenate([subsets[name].gold for name in names])
-        intervals[figure] = resampling.spearman(predicted, gold, [len(subsets[n].gold) for n in names], estimate)
+        predicted, gold, sizes = figure_pairs(task, subsets, similarities, figure)
+        intervals[figure] = resampling.spearman(predicted, gold, sizes, estimate)
     return intervals
+
+
+def figure_pairs(
+    task: str, subsets: dict[str, SentencePairs], similarities: dict[str, np.ndarray], figure: str
+) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """(cosines, gold, subset sizes) of one figure of `interval_figures`: its subsets concatenated, in order."""
+    names = interval_figures(task, subsets)[figure]
+    return (
+        np.concatenate([similarities[name] for name in names]),
+        np.concatenate([subsets[name].gold for name in names]),
+        [len(subsets[name].gold) for name in names],
+    )
 
 
 def table_figure(task: str) -> str:
