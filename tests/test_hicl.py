@@ -64,7 +64,7 @@ def test_local_loss_never_uses_segments_of_the_same_sequence():
     pooling = HiCLPooling(8, slice_len=2, mlp="none", local_tau=0.1)
     # 3 sequences with 2, 1, 2 segments; doubled batch (view 1 then view 2)
     owner = torch.tensor([0, 0, 1, 2, 2])
-    owners, count = torch.cat([owner, owner + 3]), torch.tensor([2, 1, 2, 2, 1, 2])
+    owners = torch.cat([owner, owner + 3])
     gen = torch.Generator().manual_seed(0)
     segments = torch.randn(10, 8, generator=gen, dtype=torch.float64)
     h1, h2 = F.normalize(segments[:5], dim=1), F.normalize(segments[5:], dim=1)
@@ -74,7 +74,7 @@ def test_local_loss_never_uses_segments_of_the_same_sequence():
         logits = [float(h1[i] @ h2[j]) / 0.1 for j in candidates]
         total += -(logits[candidates.index(i)] - math.log(sum(math.exp(x) for x in logits)))
     # local_loss works in float32 (as in training), this loop in float64: cosines ~6e-8 apart, ×1/τ = 10: rel 1e-6
-    assert pooling.local_loss(segments, owners, count).item() == pytest.approx(total / 5, rel=1e-6)
+    assert pooling.local_loss(segments, owners, 3).item() == pytest.approx(total / 5, rel=1e-6)
     pooling.local_negatives = "averaging"  # negatives weighted 1/v_k
     total = 0.0
     counts = {0: 2, 1: 1, 2: 2}
@@ -85,7 +85,26 @@ def test_local_loss_never_uses_segments_of_the_same_sequence():
             if j == i or owner[j] != owner[i]
         ]
         total += -(float(h1[i] @ h2[i]) / 0.1 - math.log(sum(terms)))
-    assert pooling.local_loss(segments, owners, count).item() == pytest.approx(total / 5, rel=1e-6)  # float32 vs 64
+    assert pooling.local_loss(segments, owners, 3).item() == pytest.approx(total / 5, rel=1e-6)  # float32 vs 64
+
+
+def test_local_loss_pairs_segments_by_position_when_view_2_is_longer():
+    """ESimCSE's repeated tokens can give view 2 an extra segment: it is a candidate only (a negative of the other
+    sequences), and every anchor segment is paired with the segment at its own position in its sequence."""
+    pooling = HiCLPooling(8, slice_len=2, mlp="none", local_tau=0.1)
+    owner1, owner2 = torch.tensor([0, 1, 2, 2]), torch.tensor([0, 0, 1, 2, 2])  # sequence 0 grew a segment
+    owners = torch.cat([owner1, owner2 + 3])
+    gen = torch.Generator().manual_seed(1)
+    segments = torch.randn(9, 8, generator=gen, dtype=torch.float64)
+    h1, h2 = F.normalize(segments[:4], dim=1), F.normalize(segments[4:], dim=1)
+    positive = [0, 2, 3, 4]  # anchor (i, j) → the candidate (i, j)
+    total = 0.0
+    for a in range(4):
+        candidates = [c for c in range(5) if c == positive[a] or owner2[c] != owner1[a]]
+        logits = [float(h1[a] @ h2[c]) / 0.1 for c in candidates]
+        total += -(logits[candidates.index(positive[a])] - math.log(sum(math.exp(x) for x in logits)))
+    # float32 inside local_loss against this float64 loop (as above)
+    assert pooling.local_loss(segments, owners, 3).item() == pytest.approx(total / 4, rel=1e-6)
 
 
 def test_one_segment_per_sentence_equals_the_plain_encoder(tokenizer):

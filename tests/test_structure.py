@@ -18,7 +18,7 @@ import sentemb
 from sentemb.common.paths import PROJECT_ROOT
 
 PACKAGE = PROJECT_ROOT / "sentemb"
-COMMANDS = {"train", "evaluate", "export", "analysis", "sweep_report", "compare", "download", "mteb_sts"}
+COMMANDS = {"train", "evaluate", "export", "analysis", "sweep_report", "compare", "download", "mteb_sts", "negate"}
 
 
 def module_name(path: Path) -> str:

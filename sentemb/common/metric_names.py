@@ -1,11 +1,16 @@
-"""The name of every STS-B number a training job logs (W&B, CSV) and records (`metrics.json`), defined once.
+"""The name of every STS-B (and SICK-R dev) number a training job logs (W&B, CSV) and records (`metrics.json`),
+defined once.
 
 Scheme: `stsb/<split>/<correlation>[_<which>]`. The split is a path segment, so loggers put dev and
 test side by side; the correlation comes first and then which of its numbers it is, so the two
 "best" dev scores say how each was obtained (`_best_logged`: the highest value logged during
 training, what sweeps optimise; `_best_rescored`: the kept best checkpoint, scored again after
 training). The step of the weights scored after training keeps its short name (`stsb/best_step`,
-`stsb/final_step`).
+`stsb/final_step`), whichever dev set selected them.
+
+With `eval.select=sickr_dev` SICK-R dev (SICK's trial split) is scored beside STS-B dev at every evaluation and
+selects the kept checkpoint; its numbers follow the same scheme under `sickr/dev/...` (`SICKR_DEV`), and a sweep
+then optimises `sickr/dev/spearman_best_logged`. `DEV_SETS` maps each `eval.select` value to its dev set's names.
 
 conf/ writes these names as literals (`python -m sentemb.train --cfg job` shows the real name);
 tests/test_metric_names.py checks that every `stsb/...` name in conf/ is one of them.
@@ -19,13 +24,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from sentemb.common.errors import SentembConfigError
 
 log = logging.getLogger(__name__)
 
-# during training, at every dev evaluation (ModelCheckpoint monitors DEV_SPEARMAN)
+# during training, at every dev evaluation (ModelCheckpoint monitors DEV_SPEARMAN under eval.select=stsb_dev)
 DEV_SPEARMAN = "stsb/dev/spearman"
 DEV_PEARSON = "stsb/dev/pearson"
 # before the first step (eval.at_start)
@@ -42,11 +48,68 @@ FINAL_STEP = "stsb/final_step"
 TEST_SPEARMAN = "stsb/test/spearman"
 TEST_PEARSON = "stsb/test/pearson"
 
+# SICK-R dev (SICK's trial split, cosine Spearman x100 as STS-B dev), scored only with eval.select=sickr_dev, at
+# every dev evaluation beside STS-B dev (ModelCheckpoint then monitors SICKR_DEV_SPEARMAN) ...
+SICKR_DEV_SPEARMAN = "sickr/dev/spearman"
+SICKR_DEV_PEARSON = "sickr/dev/pearson"
+SICKR_DEV_SPEARMAN_INITIAL = "sickr/dev/spearman_initial"
+# ... the highest logged so far: the optimized_metric of a sweep that selects on SICK-R dev ...
+SICKR_DEV_SPEARMAN_BEST_LOGGED = "sickr/dev/spearman_best_logged"
+# ... and after training, of the kept best checkpoint (step: BEST_STEP) or the final weights (FINAL_STEP)
+SICKR_DEV_SPEARMAN_BEST_RESCORED = "sickr/dev/spearman_best_rescored"
+SICKR_DEV_SPEARMAN_FINAL = "sickr/dev/spearman_final"
+
 # after training, with eval.test_tasks naming them: STS12–16 ('all' over the test subsets) and SICK-R test of the
 # weights scored (STS-B test is TEST_SPEARMAN)
 STS_TEST_SPEARMAN = "sts/{task}/spearman"
 # each number scored after training has its 95% bootstrap interval beside it: <name>_ci_low, <name>_ci_high
 CI_SUFFIXES = ("_ci_low", "_ci_high")
+
+
+@dataclass(frozen=True)
+class DevMetrics:
+    """The names of one dev set's numbers (`eval.select` picks the set whose `spearman` selects the checkpoint)."""
+
+    label: str  # as reports print it
+    spearman: str
+    pearson: str
+    initial: str
+    best_logged: str
+    best_rescored: str
+    final: str
+
+
+STSB_DEV = DevMetrics(
+    "STS-B dev",
+    DEV_SPEARMAN,
+    DEV_PEARSON,
+    DEV_SPEARMAN_INITIAL,
+    DEV_SPEARMAN_BEST_LOGGED,
+    DEV_SPEARMAN_BEST_RESCORED,
+    DEV_SPEARMAN_FINAL,
+)
+SICKR_DEV = DevMetrics(
+    "SICK-R dev",
+    SICKR_DEV_SPEARMAN,
+    SICKR_DEV_PEARSON,
+    SICKR_DEV_SPEARMAN_INITIAL,
+    SICKR_DEV_SPEARMAN_BEST_LOGGED,
+    SICKR_DEV_SPEARMAN_BEST_RESCORED,
+    SICKR_DEV_SPEARMAN_FINAL,
+)
+# eval.select: which dev set's Spearman ModelCheckpoint monitors (STS-B dev is scored and logged in both)
+DEV_SETS = {"stsb_dev": STSB_DEV, "sickr_dev": SICKR_DEV}
+
+
+def check_select(select: Any) -> str:
+    """`eval.select`: one of DEV_SETS' keys."""
+    if not isinstance(select, str) or select not in DEV_SETS:
+        raise SentembConfigError(
+            f"eval.select={select}: not a dev set that can select the kept checkpoint. Fix: eval.select=stsb_dev "
+            f"(STS-B dev, the default) or eval.select=sickr_dev (SICK-R dev: SICK's trial split); with sickr_dev a "
+            f"sweep optimises {SICKR_DEV_SPEARMAN_BEST_LOGGED}"
+        )
+    return select
 
 
 def interval_names(name: str) -> tuple[str, str]:
@@ -59,7 +122,13 @@ def sts_test_metric(task: str) -> str:
     return TEST_SPEARMAN if task == "STSBenchmark" else STS_TEST_SPEARMAN.format(task=task)
 
 
-SCORED_AFTER_TRAINING = (DEV_SPEARMAN_BEST_RESCORED, DEV_SPEARMAN_FINAL, TEST_SPEARMAN)
+SCORED_AFTER_TRAINING = (
+    DEV_SPEARMAN_BEST_RESCORED,
+    DEV_SPEARMAN_FINAL,
+    TEST_SPEARMAN,
+    SICKR_DEV_SPEARMAN_BEST_RESCORED,
+    SICKR_DEV_SPEARMAN_FINAL,
+)
 
 METRIC_NAMES = (
     *(bound for name in SCORED_AFTER_TRAINING for bound in interval_names(name)),
@@ -73,6 +142,12 @@ METRIC_NAMES = (
     FINAL_STEP,
     TEST_SPEARMAN,
     TEST_PEARSON,
+    SICKR_DEV_SPEARMAN,
+    SICKR_DEV_PEARSON,
+    SICKR_DEV_SPEARMAN_INITIAL,
+    SICKR_DEV_SPEARMAN_BEST_LOGGED,
+    SICKR_DEV_SPEARMAN_BEST_RESCORED,
+    SICKR_DEV_SPEARMAN_FINAL,
 )
 
 # the names records and logs held before this scheme → today's

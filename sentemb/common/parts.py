@@ -23,7 +23,7 @@ from typing import Any
 
 from sentemb.common.errors import SentembConfigError
 
-KINDS = ("loss", "pooling", "head", "model.backbone", "model.tokenizer")
+KINDS = ("loss", "pooling", "head", "model.backbone", "model.tokenizer", "negatives", "soft_negatives")
 ENCODERS, DECODERS, BOTH = "encoders", "decoders", "both"
 # how a pooling or head leaves in an exported folder: sentence-transformers' own modules (no sentemb needed to load),
 # sentemb's module (sentemb_config.json), or left out because it only trains (the folder embeds with its pooling)

@@ -2,28 +2,34 @@
 
 The corpus is checked by `sentemb.data.corpus.check_corpus` before anything expensive (the
 pre-run checks call it), then read here through Hugging Face `datasets`, blank lines dropped
-and counted, tokenised once (max 32 tokens, SimCSE) and padded per batch. With
-data.streaming=true nothing is read up front: `sentemb.data.streaming` reads, shuffles and
-tokenises the corpus as training goes.
+and counted, tokenised once (max 32 tokens, SimCSE) and padded per batch. ESimCSE's word
+repetition (data.dup_rate) and SNCSE's soft negatives (the `soft_negatives` node) add a positive
+and a third view to each row, made with the tokens and each padded on its own (`sentemb.data.views`).
+With data.streaming=true nothing is read up front: `sentemb.data.streaming` reads, shuffles and
+tokenises the corpus (and makes the views) as training goes.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import torch
 from datasets import Dataset, load_dataset
 from torch.utils.data import DataLoader, DistributedSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
-from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.data.corpus import CorpusReport
+from sentemb.data.repetition import check_dup_rate
 from sentemb.data.streaming import ShuffledLineStream, StreamPosition
+from sentemb.data.views import SoftNegatives, ViewCollator, encode_views
 
 log = logging.getLogger(__name__)
 
@@ -62,13 +68,25 @@ def check_corpus_fills_batch(report: CorpusReport, batch_size: int | None, world
     )
 
 
-def tokenize_rows(rows: dict[str, list[str]], tokenizer: PreTrainedTokenizerBase, max_length: int) -> dict:
-    """A batch of corpus lines → token ids (truncated to `max_length`), as `datasets.map` takes it."""
-    return tokenizer(rows["text"], truncation=True, max_length=max_length)
+def tokenize_rows(
+    rows: dict[str, list[str]],
+    indices: Sequence[int],
+    tokenizer: PreTrainedTokenizerBase,
+    max_length: int,
+    dup_rate: float = 0.0,
+    seed: int = 0,
+    soft_negatives: SoftNegatives | None = None,
+) -> dict:
+    """A batch of corpus lines (rows `indices` of the non-blank corpus) → token ids truncated to `max_length`, and
+    the positive and soft-negative views when asked (`encode_views`), as `datasets.map(with_indices=True)` takes it."""
+    return encode_views(rows["text"], indices, tokenizer, max_length, dup_rate, seed, soft_negatives)
 
 
 class UnsupervisedTextDataModule(L.LightningDataModule):
-    """Batches of tokenised sentences; the module encodes each batch twice (two dropout views)."""
+    """Batches of tokenised sentences; the module encodes each batch twice (two dropout views), or its own views:
+    with `dup_rate` > 0 ESimCSE's repeated copy as the positive, with `soft_negatives` (the `soft_negatives` config
+    node: source, path, lookup_quirk, spacy_model; its loss fields ignored here) SNCSE's negation as a third view.
+    The batch's keys: `sentemb.data.views`."""
 
     def __init__(
         self,
@@ -81,9 +99,12 @@ class UnsupervisedTextDataModule(L.LightningDataModule):
         seed: int = 0,
         streaming: bool = False,
         shuffle_buffer: int = 10_000,
+        dup_rate: float = 0.0,
+        soft_negatives: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         check_batching(batch_size, max_length)
+        check_dup_rate(dup_rate)
         self.corpus = Path(corpus)
         self.tokenizer = tokenizer
         self.batch_size = batch_size
@@ -93,6 +114,8 @@ class UnsupervisedTextDataModule(L.LightningDataModule):
         self.seed = seed
         self.streaming = streaming
         self.shuffle_buffer = shuffle_buffer
+        self.dup_rate = dup_rate
+        self.soft_negatives = SoftNegatives.from_config(soft_negatives)
         self.train_set: Dataset | None = None
         self._resumed_position: dict | None = None
 
@@ -104,9 +127,18 @@ class UnsupervisedTextDataModule(L.LightningDataModule):
         text = text.filter(lambda row: bool(row["text"].strip()), desc="drop blank lines")
         # datasets fingerprints the function it maps by pickling it: a function of `self` would pickle the trainer,
         # its model and its loggers (W&B's then starts its run early and warns)
+        # with_indices: a row's index among the non-blank lines seeds its word repetition (sentemb.data.repetition)
         self.train_set = text.map(
-            functools.partial(tokenize_rows, tokenizer=self.tokenizer, max_length=self.max_length),
+            functools.partial(
+                tokenize_rows,
+                tokenizer=self.tokenizer,
+                max_length=self.max_length,
+                dup_rate=self.dup_rate,
+                seed=self.seed if self.dup_rate > 0 else 0,  # without repetition a new seed reuses datasets' cache
+                soft_negatives=self.soft_negatives,
+            ),
             batched=True,
+            with_indices=True,
             remove_columns=["text"],
             desc="tokenize",
         )
@@ -136,7 +168,7 @@ class UnsupervisedTextDataModule(L.LightningDataModule):
             sampler=sampler,
             generator=torch.Generator().manual_seed(self.seed),
             num_workers=self.num_workers,
-            collate_fn=DataCollatorWithPadding(self.tokenizer),
+            collate_fn=ViewCollator(self.tokenizer),
             persistent_workers=self.num_workers > 0,
             drop_last=world > 1,
         )
@@ -163,6 +195,8 @@ class UnsupervisedTextDataModule(L.LightningDataModule):
             rank=trainer.global_rank if trainer is not None else 0,
             world_size=trainer.world_size if trainer is not None else 1,
             epoch=lambda: self.trainer.current_epoch if self.trainer is not None else 0,
+            dup_rate=self.dup_rate,
+            soft_negatives=self.soft_negatives,
         )
         if self._resumed_position is not None:
             stream.resume_at = StreamPosition(**self._resumed_position)
@@ -171,7 +205,7 @@ class UnsupervisedTextDataModule(L.LightningDataModule):
         return DataLoader(
             stream,
             batch_size=self.batch_size,
-            collate_fn=DataCollatorWithPadding(self.tokenizer),
+            collate_fn=ViewCollator(self.tokenizer),
             # each iteration draws a base seed: from its own generator, not the global RNG dropout draws from
             generator=torch.Generator().manual_seed(self.seed),
         )

@@ -11,11 +11,15 @@ of that epoch and skips those rounds as Arrow blocks, before anything is tokenis
 with exactly the batches the uninterrupted run would have seen. datasets' own `state_dict` cannot
 do this: it saves the file position but not the shuffle buffer, which it refills after a resume
 with other lines in another order.
+
+The views (`sentemb.data.views`) are made per batch as it is read: each line carries its index among the
+corpus's non-blank lines (numbered before the shuffle, so the in-memory corpus numbers it alike), which seeds its
+word repetition (data.dup_rate); soft negatives are the negations of the batch's lines.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +31,7 @@ from transformers import PreTrainedTokenizerBase
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.data.corpus import undecodable_line_error
+from sentemb.data.views import SoftNegatives, encode_views
 
 
 def check_streaming(data: Mapping[str, Any], trainer: Mapping[str, Any]) -> None:
@@ -63,6 +68,12 @@ def non_blank(lines: pa.Table) -> list[bool]:
     return [bool(line.strip()) for line in lines["text"].to_pylist()]
 
 
+def numbered(lines: pa.Table, indices: Sequence[int]) -> pa.Table:
+    """The lines with their index among the non-blank lines (the `index` column), as `map(with_indices=True)`
+    passes them: numbered before the shuffle, they keep it through the buffer."""
+    return lines.append_column("index", pa.array(indices, pa.int64()))
+
+
 class ShuffledLineStream(IterableDataset):
     """This rank's tokenised sentences, batch_size at a time, from `resume_at` (once) or the start of the epoch."""
 
@@ -77,6 +88,8 @@ class ShuffledLineStream(IterableDataset):
         rank: int = 0,
         world_size: int = 1,
         epoch: Callable[[], int] = lambda: 0,
+        dup_rate: float = 0.0,
+        soft_negatives: SoftNegatives | None = None,
     ) -> None:
         super().__init__()
         self.corpus = Path(corpus)
@@ -89,11 +102,18 @@ class ShuffledLineStream(IterableDataset):
         self.world_size = world_size
         self.epoch = epoch  # asked at each new iteration (Lightning iterates the loader once an epoch)
         self.resume_at: StreamPosition | None = None
+        self.dup_rate = dup_rate
+        self.soft_negatives = soft_negatives
 
     def batches(self, position: StreamPosition) -> Iterator[list[str]]:
         """This rank's batches of lines from `position` on (not tokenised)."""
+        for lines, _ in self.numbered_batches(position):
+            yield lines
+
+    def numbered_batches(self, position: StreamPosition) -> Iterator[tuple[list[str], list[int]]]:
+        """This rank's batches of lines from `position` on, each line with its index among the non-blank lines."""
         text = load_dataset("text", data_files=str(self.corpus), split="train", streaming=True).with_format("arrow")
-        text = text.filter(non_blank, batched=True)
+        text = text.filter(non_blank, batched=True).map(numbered, batched=True, with_indices=True)
         if self.shuffle_buffer is not None:
             text = text.shuffle(seed=self.seed, buffer_size=self.shuffle_buffer)
         per_round = self.world_size * self.batch_size
@@ -102,13 +122,16 @@ class ShuffledLineStream(IterableDataset):
         text.set_epoch(position.epoch)  # on the last dataset of the chain: it shifts the shuffle's seed by the epoch
         try:
             for rows in text.iter(batch_size=per_round, drop_last_batch=True):
-                yield rows["text"].slice(self.rank * self.batch_size, self.batch_size).to_pylist()
+                mine = rows.slice(self.rank * self.batch_size, self.batch_size)
+                yield mine["text"].to_pylist(), mine["index"].to_pylist()
         except UnicodeDecodeError as err:
             raise undecodable_line_error(self.corpus, err) from err
 
     def __iter__(self) -> Iterator[dict[str, list[int]]]:
         position, self.resume_at = self.resume_at or StreamPosition(self.epoch(), 0), None
-        for lines in self.batches(position):
-            encoded = self.tokenizer(lines, truncation=True, max_length=self.max_length)
+        for lines, indices in self.numbered_batches(position):
+            encoded = encode_views(
+                lines, indices, self.tokenizer, self.max_length, self.dup_rate, self.seed, self.soft_negatives
+            )
             for index in range(len(lines)):
                 yield {key: values[index] for key, values in encoded.items()}

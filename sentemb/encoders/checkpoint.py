@@ -28,7 +28,19 @@ SAFE_GLOBALS: list[Any] = []
 REQUIRED_KEYS = ("state_dict", "hyper_parameters", "pytorch-lightning_version")
 REQUIRED_HPARAMS = ("model", "pooling", "loss")
 
-HPARAMS = ("model", "pooling", "loss", "optimizer", "scheduler", "head", "grad_cache", "compile", "adapter")
+HPARAMS = (
+    "model",
+    "pooling",
+    "loss",
+    "optimizer",
+    "scheduler",
+    "head",
+    "grad_cache",
+    "compile",
+    "adapter",
+    "negatives",  # ESimCSE's momentum queue (sentemb.training.momentum)
+    "soft_negatives",  # SNCSE's margin loss (sentemb.training.soft_negatives)
+)
 RETIRED_HPARAMS = ("gather_negatives",)  # saved by older checkpoints, read by nothing now
 # what SentembModule saves as hyper-parameters: parts by their registry names (sentemb.common.parts), looked up when
 # built; `_target_` stands at the optimizer and scheduler (torch's and transformers' own, checked by name before

@@ -44,22 +44,26 @@ class SentenceEncoder(nn.Module):
     def hidden_size(self) -> int:
         return self.backbone.config.hidden_size
 
-    def hidden_states(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The backbone's token states for `batch` after the pooling's own input preparation (template, slices)."""
+    def hidden_states(
+        self, batch: dict[str, torch.Tensor], backbone: nn.Module | None = None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The backbone's token states for `batch` after the pooling's own input preparation (template, slices);
+        `backbone`: another copy of the backbone (ESimCSE's momentum encoder) instead of this encoder's own."""
         batch = self.pooling.prepare(batch, self.tokenizer)
-        return self.backbone_states(batch), batch
+        return self.backbone_states(batch, backbone), batch
 
-    def backbone_states(self, prepared: dict[str, torch.Tensor]) -> torch.Tensor:
+    def backbone_states(self, prepared: dict[str, torch.Tensor], backbone: nn.Module | None = None) -> torch.Tensor:
         inputs = {k: v for k, v in prepared.items() if k in BACKBONE_INPUTS}
         if self.padding_free and worth_packing(inputs["attention_mask"]):
-            return padding_free_states(self.backbone, inputs)
-        return self.padded_states(inputs)
+            return padding_free_states(self.backbone if backbone is None else backbone, inputs)
+        return self.padded_states(inputs, backbone)
 
-    def padded_states(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    def padded_states(self, inputs: dict[str, torch.Tensor], backbone: nn.Module | None = None) -> torch.Tensor:
         """The backbone's token states of a padded batch (its inputs only: BACKBONE_INPUTS)."""
+        backbone = self.backbone if backbone is None else backbone
         if self.explicit_positions:
-            inputs = {**inputs, "position_ids": position_ids(inputs["attention_mask"], self.backbone).clamp(min=0)}
-        return self.backbone(**inputs).last_hidden_state
+            inputs = {**inputs, "position_ids": position_ids(inputs["attention_mask"], backbone).clamp(min=0)}
+        return backbone(**inputs).last_hidden_state
 
     def training_batch(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The backbone's rows of a training step, as the pooling lays them out (`Pooling.training_batch`: both views,
@@ -75,9 +79,12 @@ class SentenceEncoder(nn.Module):
         prepared = self.training_batch(batch)
         return self.pooling.training_views(self.training_rows(prepared), prepared, batch["input_ids"].shape[0])
 
-    def forward(self, batch: dict[str, torch.Tensor], train_head: bool = False) -> torch.Tensor:
-        """Token ids → sentence embeddings (B, H); `train_head` adds the train-only pooling MLP."""
-        hidden, prepared = self.hidden_states(batch)
+    def forward(
+        self, batch: dict[str, torch.Tensor], train_head: bool = False, backbone: nn.Module | None = None
+    ) -> torch.Tensor:
+        """Token ids → sentence embeddings (B, H); `train_head` adds the train-only pooling MLP; `backbone` another
+        copy of the backbone to compute the token states (ESimCSE's momentum encoder)."""
+        hidden, prepared = self.hidden_states(batch, backbone)
         return self.pooling(hidden, prepared, train_head=train_head)
 
     @torch.inference_mode()

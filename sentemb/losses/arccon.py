@@ -7,6 +7,8 @@
 s_ii is clamped into (−1+ε, 1−ε) before arccos, so identical views (cos = 1) stay finite.
 Inputs: z1, z2 (N, D). Reference: Zhang et al. 2022 (ACL), paradigm paper Table 1.
 Example: `ArcCon(tau=0.05, u=math.pi / 18)(z1, z2).loss`.
+Extra negatives (a momentum queue) are extra columns of the same τ (the margin stays on the
+positive only); under `reference` too (the same loss).
 
 `convention: reference` (the paper's public code, isotropy/models.py `_i_forward`, branch
 `arccon`): the same loss, one direction, but arccos of the unclamped positive cosine (NaN where
@@ -23,11 +25,13 @@ import torch.nn.functional as F
 
 from sentemb.common.parts import part
 from sentemb.losses.base import LazyStats, LossOutput, Objective, require_positive
-from sentemb.losses.geometry import diagonal_mask, negative_softmax, negatives_logsumexp, paradigm_stats, safe_arccos
+from sentemb.losses.geometry import negative_softmax, negatives_logsumexp, paradigm_stats, positive_mask, safe_arccos
 
 
 @part("loss", "arccon")
 class ArcCon(Objective):
+    no_negatives = None
+
     def __init__(
         self, tau: float = 0.05, u: float = math.pi / 18, symmetric: bool = False, convention: str = "paper"
     ) -> None:
@@ -40,7 +44,7 @@ class ArcCon(Objective):
         s = h1 @ h2.T
         theta_pos = safe_arccos(s.diagonal())
         positive_logit = torch.cos(theta_pos + self.u) / self.tau
-        logits = torch.where(diagonal_mask(s.shape[0], s.device), positive_logit[:, None], s / self.tau)
+        logits = torch.where(positive_mask(s), positive_logit[:, None], s / self.tau)  # N×M with extra negatives
         loss = F.cross_entropy(logits, torch.arange(s.shape[0], device=s.device))
 
         def stats() -> dict[str, float]:

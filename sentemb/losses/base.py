@@ -8,6 +8,14 @@ anchors against h' candidates) unless `symmetric=True`, which averages both dire
 `convention`: `paper` (default) computes the paper's text; `reference` computes what the
 paper's public code computes for the same settings (sentemb/losses/reference.py), with that
 code's own direction handling, so `symmetric` is not used there.
+
+Extra negatives (ESimCSE's momentum queue): `forward(z1, z2, negatives)` with `negatives` of shape
+(K, D), normalised like the views. The h → h' direction's candidates are then cat(h', q): an
+N×(N+K) similarity matrix whose column i is anchor i's positive and every other column (the
+other sentences' h'_j and every queue row) a negative; `symmetric=True` gives the h' → h
+direction cat(h, q). K = 0 or None computes exactly the loss without negatives. Which losses take
+them is declared per class, readable before anything is built: `Objective.negatives_refusal(config)`
+is None, or the reason as one sentence (a loss with no negatives' denominator refuses them).
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -77,22 +85,32 @@ CONVENTIONS = ("paper", "reference")
 
 
 class Objective(nn.Module):
-    """Base class: `forward(z1, z2) -> LossOutput`; subclasses implement `directional(h1, h2)`.
+    """Base class: `forward(z1, z2, negatives=None) -> LossOutput`; subclasses implement `directional(h1, h2)`.
 
     `directional` gets unit vectors in float32/float64 (autocast off) and returns the loss
-    with h1 as anchors and h2 as candidates; `symmetric=True` averages it with the swapped call.
-    Under `convention="reference"` `reference(h1, h2)` is called instead, once, with both views.
+    with h1 (N, D) as anchors and h2 (M, D), M ≥ N, as candidates: h2[i] is anchor i's positive and
+    every other row a negative (M > N: extra negatives after the batch's own); `symmetric=True`
+    averages it with the swapped call. Under `convention="reference"` `reference(h1, h2)` is called
+    instead, once, with both views.
+
+    `no_negatives`: why the loss takes no extra negatives (one clause), or None where `directional`
+    handles M > N; the default refuses, so a new loss takes a queue only once it says it can.
+    `reference_no_negatives`: why `convention=reference` refuses them where `reference` is overridden.
     """
 
     symmetric: bool = False
     convention: str = "paper"
+    no_negatives: ClassVar[str | None] = "it declares no form with extra negatives (no_negatives is not None)"
+    # why, where `reference` is overridden (the public code's own form) and `convention=reference` is chosen
+    reference_no_negatives: ClassVar[str] = "the public code's computation, which that convention reproduces, has none"
 
     def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def reference(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
         """The public code's computation for this loss's settings; the same as the paper's one direction
-        unless a subclass says otherwise (InfoNCE, MPT: the code computes the text's loss)."""
+        unless a subclass says otherwise (InfoNCE, MPT: the code computes the text's loss). Where it is
+        not overridden it takes extra negatives as `directional` does (h2 then has N + K rows)."""
         return self.directional(h1, h2)
 
     def set_convention(self, convention: str, symmetric: bool) -> None:
@@ -105,23 +123,75 @@ class Objective(nn.Module):
             )
         self.symmetric = symmetric
 
-    def forward(self, z1: torch.Tensor, z2: torch.Tensor) -> LossOutput:
+    @classmethod
+    def negatives_refusal(cls, config: Mapping[str, Any]) -> str | None:
+        """None if this loss, configured by `config` (a loss config: its fields, `name` optional), takes
+        extra negatives; else the reason, one sentence. Reads the class and the config only (nothing built).
+
+        Refused: a loss with `no_negatives`, and under `convention=reference` any loss whose reference form
+        is its own (it overrides `reference`): the public code's computation has no extra negatives.
+        """
+        name = config.get("name") or registered_name(cls)
+        if cls.no_negatives is not None:
+            return f"loss={name} takes no extra negatives: {cls.no_negatives}."
+        if config.get("convention", "paper") == "reference" and cls.reference is not Objective.reference:
+            return f"loss={name} with loss.convention=reference takes no extra negatives: {cls.reference_no_negatives}."
+        return None
+
+    def refuses_negatives(self) -> str | None:
+        """`negatives_refusal` for this built loss (its own convention)."""
+        return type(self).negatives_refusal({"convention": self.convention})
+
+    def extra_negatives(self, z1: torch.Tensor, negatives: torch.Tensor | None) -> torch.Tensor | None:
+        """`negatives` checked against the views (a (K, D) tensor, a loss that takes them), or None when there
+        are none (None or K = 0: the loss without negatives, computed as before)."""
+        if negatives is None:
+            return None
+        refusal = self.refuses_negatives()
+        if refusal is not None:  # refused even for an empty queue: the configuration is wrong, not the step
+            raise SentembConfigError(
+                f"{refusal} Fix: a loss with a negatives' denominator (e.g. loss=infonce), or no momentum queue"
+            )
+        if negatives.dim() != 2 or negatives.shape[1] != z1.shape[1]:
+            raise ValueError(
+                f"{type(self).__name__}: extra negatives must be (K, D) with D = {z1.shape[1]} like the views, "
+                f"got {tuple(negatives.shape)}"
+            )
+        return negatives if negatives.shape[0] > 0 else None
+
+    def forward(self, z1: torch.Tensor, z2: torch.Tensor, negatives: torch.Tensor | None = None) -> LossOutput:
         if z1.shape != z2.shape or z1.dim() != 2:
             raise ValueError(
                 f"{type(self).__name__} expects two (N, D) views of equal shape, got {z1.shape}, {z2.shape}"
             )
-        if z1.shape[0] < 2:
-            # a trailing batch of one sentence has no negatives: nothing to learn, nothing to break
+        extra = self.extra_negatives(z1, negatives)
+        if z1.shape[0] < 2 and (extra is None or z1.shape[0] == 0):
+            # a trailing batch of one sentence has no negatives (unless a queue gives some): nothing to learn
             return LossOutput(0.0 * (z1.sum() + z2.sum()).float())
         with torch.autocast(device_type=z1.device.type, enabled=False):
             h1, h2 = normalize(z1), normalize(z2)
+            if extra is None:
+                if self.convention == "reference":
+                    return self.reference(h1, h2)
+                output = self.directional(h1, h2)
+                if self.symmetric:  # average both directions; telemetry stays that of the h → h' direction
+                    backward = self.directional(h2, h1)
+                    output = LossOutput(0.5 * (output.loss + backward.loss), output.stats)
+                return output
+            hq = normalize(extra).to(h1.dtype)  # a float32 queue with float64 views (gradient tests) joins them
             if self.convention == "reference":
-                return self.reference(h1, h2)
-            output = self.directional(h1, h2)
-            if self.symmetric:  # average both directions; telemetry stays that of the h → h' direction
-                backward = self.directional(h2, h1)
+                return self.reference(h1, torch.cat((h2, hq)))
+            output = self.directional(h1, torch.cat((h2, hq)))
+            if self.symmetric:  # the h' anchors' candidates: the other view, then the same queue
+                backward = self.directional(h2, torch.cat((h1, hq)))
                 output = LossOutput(0.5 * (output.loss + backward.loss), output.stats)
         return output
+
+
+def registered_name(cls: type) -> str:
+    """The registry name a loss class was declared under (`@part("loss", name)`), else its Python name."""
+    entry = getattr(cls, "sentemb_part", None)
+    return entry.name if entry is not None and entry.declared is cls else cls.__name__
 
 
 def require_positive(name: str, value: float, example: str) -> float:

@@ -9,6 +9,8 @@ GD = 1 − P_ii (the softmax mass on negatives), W_ij ∝ q_ij (2s_ij + m)/τ wi
 negatives, R_i = 2 s_ii / Σ_j q_ij (2s_ij + m); `hardest_share` is the largest q_ij.
 Inputs: z1, z2 (N, D); the value is the mean over anchors (the paper sums: one constant).
 Example: `FocalInfoNCE(tau=0.05, m=0.3)(z1, z2).loss`.
+Extra negatives (a momentum queue) are extra columns of the same τ, each with the negatives'
+logit s_ij(s_ij+m)/τ.
 
 `convention`: only `paper`; the paradigm paper's public code has no focal loss.
 """
@@ -21,11 +23,13 @@ import torch.nn.functional as F
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.parts import part
 from sentemb.losses.base import LazyStats, LossOutput, Objective, require_finite, require_positive
-from sentemb.losses.geometry import diagonal_mask, negative_softmax, paradigm_stats
+from sentemb.losses.geometry import negative_softmax, paradigm_stats, positive_mask
 
 
 @part("loss", "focal")
 class FocalInfoNCE(Objective):
+    no_negatives = None
+
     def __init__(self, tau: float = 0.05, m: float = 0.3, symmetric: bool = False, convention: str = "paper") -> None:
         super().__init__()
         self.tau = require_positive("tau", tau, "0.05")
@@ -39,7 +43,7 @@ class FocalInfoNCE(Objective):
 
     def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
         s = h1 @ h2.T
-        diagonal = diagonal_mask(s.shape[0], s.device)
+        diagonal = positive_mask(s)  # N×M with extra negatives: every other column is a negative
         logits = torch.where(diagonal, s * s, s * (s + self.m)) / self.tau
         loss = F.cross_entropy(logits, torch.arange(s.shape[0], device=s.device))
 

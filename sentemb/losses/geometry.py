@@ -4,6 +4,9 @@ All functions take unit vectors / cosine matrices already in float32 (or float64
 safe at cos = ±1 and for duplicated sentences: arccos and sqrt see clamped arguments.
 Notation of docs/objectives.md: s_ij = h_i·h'_j (cross view), a_ij = h_i·h_j
 (same view), d_i the margin indicator, W the weight of a negative, R the ratio.
+A cross-view matrix may be rectangular, N×M with M = N + K: its first N columns are the batch
+(positive on the diagonal) and the last K extra negatives (a momentum queue); the helpers below
+that take one treat every column but the diagonal's as a negative.
 """
 
 from __future__ import annotations
@@ -17,30 +20,35 @@ EPS = 1e-6  # clamp for arccos / sqrt: keeps gradients finite at cos = ±1 (spec
 POWER_FLOOR = 1e-4  # the public code's clamp_min(similarity, 1e-4) before a power weight
 
 
-def diagonal_mask(n: int, device: torch.device) -> torch.Tensor:
-    """True on the diagonal (the positive pair / the anchor itself)."""
-    return torch.eye(n, dtype=torch.bool, device=device)
+def diagonal_mask(n: int, device: torch.device, columns: int | None = None) -> torch.Tensor:
+    """True on the diagonal (the positive pair / the anchor itself), n × `columns` (default n: square)."""
+    return torch.eye(n, n if columns is None else columns, dtype=torch.bool, device=device)
+
+
+def positive_mask(matrix: torch.Tensor) -> torch.Tensor:
+    """True at (i, i) of an N×M matrix (M ≥ N): each row's positive; every other entry is a negative."""
+    return diagonal_mask(matrix.shape[0], matrix.device, matrix.shape[1])
 
 
 def hardest_negative(sim: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """max_{j≠i} sim_ij and its index j for every row i."""
-    masked = sim.masked_fill(diagonal_mask(sim.shape[0], sim.device), -math.inf)
+    """max_{j≠i} sim_ij and its index j for every row i (over all M columns)."""
+    masked = sim.masked_fill(positive_mask(sim), -math.inf)
     return masked.max(dim=1)
 
 
 def negatives_logsumexp(logits: torch.Tensor) -> torch.Tensor:
     """log Σ_{j≠i} e^{logits_ij} for every row i."""
-    return logits.masked_fill(diagonal_mask(logits.shape[0], logits.device), -math.inf).logsumexp(dim=1)
+    return logits.masked_fill(positive_mask(logits), -math.inf).logsumexp(dim=1)
 
 
 def negative_softmax(logits: torch.Tensor) -> torch.Tensor:
     """e^{logits_ij} / Σ_{k≠i} e^{logits_ik}, zero on the diagonal (the exponential W of Table 1)."""
-    return logits.masked_fill(diagonal_mask(logits.shape[0], logits.device), -math.inf).softmax(dim=1)
+    return logits.masked_fill(positive_mask(logits), -math.inf).softmax(dim=1)
 
 
 def global_negative_softmax(logits: torch.Tensor) -> torch.Tensor:
     """e^{logits_ij} / Σ_{k≠l} e^{logits_kl}: one normalisation over every ordered pair (mB, mV weights)."""
-    masked = logits.masked_fill(diagonal_mask(logits.shape[0], logits.device), -math.inf)
+    masked = logits.masked_fill(positive_mask(logits), -math.inf)
     return (masked - masked.flatten().logsumexp(dim=0)).exp()
 
 
@@ -58,7 +66,7 @@ def negative_power_weights(
     total (`global`: Σ_{k≠l}): the public code's power W, normalised (power 0: uniform)."""
     if normalise not in ("row", "global"):
         raise ValueError(f"normalise={normalise!r} must be 'row' or 'global'")
-    weights = power_weights(similarity, power).masked_fill(diagonal_mask(similarity.shape[0], similarity.device), 0.0)
+    weights = power_weights(similarity, power).masked_fill(positive_mask(similarity), 0.0)
     return weights / (weights.sum(dim=1, keepdim=True) if normalise == "row" else weights.sum())
 
 
@@ -69,7 +77,7 @@ def upper_pairs(matrix: torch.Tensor) -> torch.Tensor:
 
 
 def margin_indicator(s: torch.Tensor, m: float) -> torch.Tensor:
-    """d_i = 𝕀{s_ii − max_{k≠i} s_ik < m} (the margin GD), detached, as a 0/1 float."""
+    """d_i = 𝕀{s_ii − max_{k≠i} s_ik < m} (the margin GD; k over all M columns), detached, as a 0/1 float."""
     with torch.no_grad():
         return (s.diagonal() - hardest_negative(s)[0] < m).to(s.dtype)
 
@@ -96,7 +104,7 @@ def unit_distance(cos: torch.Tensor, eps: float = EPS) -> torch.Tensor:
 
 
 def one_hot_rows(index: torch.Tensor, n: int, dtype: torch.dtype) -> torch.Tensor:
-    """W of MPT/MET/MHS: 1 for each row's chosen (hardest) negative, 0 elsewhere."""
+    """W of MPT/MET/MHS: 1 for each row's chosen (hardest) negative, 0 elsewhere, over n columns (M with a queue)."""
     return torch.nn.functional.one_hot(index, n).to(dtype)
 
 
@@ -112,13 +120,15 @@ def paradigm_stats(
     """The telemetry of Figures 7–9 for one batch, as floats (one host transfer).
 
     gd: per-anchor GD (mean logged as `gd`: the fraction of active anchors for indicators);
-    weights: (N, N) non-negative W, zero diagonal (`hardest_share`: mean over anchors of the
+    weights: (N, M) non-negative W, zero diagonal (`hardest_share`: mean over anchors of the
     largest W over ΣW, the hardest negative's share since every W here grows with similarity);
-    ratio: per anchor (N,) or per pair (N, N), the latter averaged with W as weights (`ratio`).
-    Always: cosine and angle statistics of positives and negatives, batch alignment and uniformity.
+    ratio: per anchor (N,) or per pair (N, M), the latter averaged with W as weights (`ratio`).
+    Always: cosine and angle statistics of positives and negatives (s may be N×M, M = N + K with extra
+    negatives: every off-diagonal column is a negative), batch alignment and uniformity (of the
+    batch's N sentences; uniformity needs two).
     """
     n = s.shape[0]
-    off = ~diagonal_mask(n, s.device)
+    off = ~positive_mask(s)
     theta = safe_arccos(s)
     theta_pos, theta_neg = theta.diagonal(), theta[off]
     values = {
@@ -129,9 +139,12 @@ def paradigm_stats(
         "sigma_pos": theta_pos.std(unbiased=False),
         "sigma_neg": theta_neg.std(unbiased=False),
         # Wang & Isola (2020), α = 2 and t = 2: E‖h−h'‖², log E e^{−2‖h_i−h_j‖²}
-        "alignment": (h1 - h2).pow(2).sum(dim=1).mean(),
-        "uniformity": upper_pairs(-2.0 * (2.0 - 2.0 * (h1 @ h1.T))).logsumexp(dim=0) - math.log(n * (n - 1) / 2),
+        "alignment": (h1 - h2[:n]).pow(2).sum(dim=1).mean(),  # h2[:n]: the views, not the extra negatives
     }
+    if n >= 2:  # a batch of one (with a queue) has no pair
+        values["uniformity"] = upper_pairs(-2.0 * (2.0 - 2.0 * (h1 @ h1.T))).logsumexp(dim=0) - math.log(
+            n * (n - 1) / 2
+        )
     if gd is not None:
         values["gd"] = torch.as_tensor(gd, dtype=s.dtype, device=s.device).mean()
     if weights is not None:

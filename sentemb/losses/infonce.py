@@ -7,6 +7,8 @@ Paradigm components (Table 1): GD = 1/(1 + e^{s_ii/τ}/Σ_{k≠i} e^{s_ik/τ}), 
 negatives, R = 1. Inputs: z1, z2 of shape (N, D), two dropout views of the same N sentences; the
 other N−1 sentences are the negatives. Reference: Oord et al. 2018; Gao et al., SimCSE (2021).
 Example: `InfoNCE(tau=0.05)(z1, z2).loss`.
+Extra negatives (ESimCSE's momentum queue, `InfoNCE()(z1, z2, queue)`) are extra columns of the same τ
+(ESimCSE Eq.: Σ_j e^{s_ij/τ} + Σ_{k∈Q} e^{h_i·q_k/τ}); under `reference` too (the same computation).
 
 `convention: reference` (the paper's public code, isotropy/models.py `_i_forward`, branch
 `infonce`): cross-entropy of the cosine matrix over temp, one direction: the same computation.
@@ -24,13 +26,15 @@ from sentemb.losses.geometry import negative_softmax, negatives_logsumexp, parad
 
 @part("loss", "infonce")
 class InfoNCE(Objective):
+    no_negatives = None
+
     def __init__(self, tau: float = 0.05, symmetric: bool = False, convention: str = "paper") -> None:
         super().__init__()
         self.tau = require_positive("tau", tau, "0.05")
         self.set_convention(convention, symmetric)
 
     def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
-        s = h1 @ h2.T
+        s = h1 @ h2.T  # N×M: column i is anchor i's positive, the rest (queue included) negatives
         logits = s / self.tau
         loss = F.cross_entropy(logits, torch.arange(s.shape[0], device=s.device))
 

@@ -22,6 +22,8 @@ original alignment coefficient, 1/N for MHE, 1 for MHS, w_p = 2/N for Barlow and
 code's differences, but not its gating: `convention: reference` is the code itself). mB and
 mV take `w: power`, w_ij ∝ max(sim_ij, 1e-4)^power, the code's alternative to e^{sim/τ}.
 Inputs: z1, z2 (N, D); defaults are Table 6 (BERT-base).
+None takes extra negatives (a momentum queue): their uniformity terms (mmhe, mmhs) and negative
+terms (mbarlow, mvicreg) are over the batch's own same-view pairs, not a denominator of negatives.
 
 `convention: reference` computes the paradigm paper's public code (reference.py; isotropy/
 models.py `_i_forward`, the non-contrastive branch with w_gd (gd=margin), w_w (these losses'
@@ -77,6 +79,11 @@ from sentemb.losses.geometry import (
 
 class ModifiedObjective(Objective):
     """Shared: the margin indicator d_i and its options."""
+
+    no_negatives = (
+        "its uniformity terms are over the batch's own same-view pairs, not a denominator of negatives, "
+        "so a queue has nowhere to go"
+    )
 
     def __init__(
         self, m: float, r: float | str, gd: str, margin_on: str, symmetric: bool, nu: float, convention: str
@@ -194,6 +201,11 @@ class ModifiedMHS(ModifiedObjective):
 
 class ModifiedDecorrelation(ModifiedObjective):
     """mB and mV: −h_i·w_p,i h'_i + Σ_{j≠i} h_i·w_ij sg(h_j), gated by d_i (Eq. 6, 13)."""
+
+    no_negatives = (
+        "its negative term Σ_j w_ij h_i·sg(h_j) is over the batch's own same-view pairs, with weights normalised "
+        "over those pairs, not a denominator of negatives"
+    )
 
     weights_from = "h2"  # mB: h'_i·h'_j; mV: a_ij
 

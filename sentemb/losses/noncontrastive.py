@@ -16,6 +16,9 @@ negative's share of W and the mean R of Table 2 (as the implemented batch total 
 MHS R = 2‖h_i−h_j‖/ν; Table 2's extra 1/N mixes a batch-mean alignment with one anchor's MHS).
 Barlow's and VICReg's W are signed (linear in the similarity) and Barlow's R is a matrix, so no
 share or ratio is logged for them. Inputs: z1, z2 (N, D).
+None takes extra negatives (a momentum queue): MHE's and MHS's uniformity is over the batch's own
+same-view pairs and Barlow's and VICReg's terms are statistics of the two views, not a denominator
+of negatives (`Objective.negatives_refusal` says so before anything is built).
 
 `convention: reference` computes the paradigm paper's public code (reference.py; isotropy/
 models.py `_i_forward`, the non-contrastive branch, flags `w_gd` ↔ gd=margin), with ν = the
@@ -92,6 +95,11 @@ def alignment(h1: torch.Tensor, h2: torch.Tensor) -> torch.Tensor:
 class AlignUniform(GatedObjective):
     """L^a + ν · (a uniformity term)."""
 
+    no_negatives = (
+        "its uniformity term is over the batch's own same-view pairs, not a denominator of negatives, "
+        "so a queue has nowhere to go"
+    )
+
     def __init__(
         self, nu: float = 1.0, gd: str = "none", m: float = 0.30, symmetric: bool = False, convention: str = "paper"
     ) -> None:
@@ -147,6 +155,8 @@ class AlignMHS(AlignUniform):
 
 @part("loss", "barlow")
 class BarlowTwins(GatedObjective):
+    no_negatives = "its cross-correlation of the two views has no negatives' denominator to add a queue to"
+
     def __init__(
         self,
         nu: float = 5e-3,
@@ -183,6 +193,11 @@ class BarlowTwins(GatedObjective):
 
 @part("loss", "vicreg")
 class VICReg(GatedObjective):
+    no_negatives = (
+        "its variance and covariance terms are statistics of each view over the batch, with no negatives' "
+        "denominator to add a queue to"
+    )
+
     def __init__(
         self,
         nu1: float = 1.0,

@@ -15,6 +15,9 @@ Defaults are the paper's baseline (m 0.30, τ 0.05, r 1). A batch where no ancho
 margin gives loss 0 and zero gradients. Inputs: z1, z2 (N, D); value = mean over anchors.
 Example: `Paradigm(gd="margin", w="softmax", r=1.5)(z1, z2).loss`; from the command line
 `loss=paradigm loss.gd=none loss.r=arccon` or a sweep `-m loss.r=1.0,1.5,met`.
+Extra negatives (a momentum queue) are extra columns j ≠ i of the same components: the max of the
+margin, the sums of GD and W (softmax of the same τ, power, uniform 1/(M−1) over M = N + K
+candidates, the hardest over all) run over them too (`convention: paper` only).
 
 `convention: reference` computes the public code's `sg` loss (`sg.w_gd` for gd=margin, `sg`
 for gd=none; see reference.sg_loss): both directions summed, each direction's d from its own
@@ -23,6 +26,7 @@ effective R is about 2r), each direction the mean over its active rows' N column
 no row is active, where the code gives NaN), and `power` cast to an integer as the code does.
 The code has the margin and no GD, softmax (temp = τ) and power weights (uniform = power 0),
 and static ratios only: gd=infonce, w=hardest and r=arccon/met are refused under `reference`.
+Extra negatives are refused there: the sg loss has no counterpart with them.
 """
 
 from __future__ import annotations
@@ -45,7 +49,6 @@ from sentemb.losses.base import (
     require_reference_option,
 )
 from sentemb.losses.geometry import (
-    diagonal_mask,
     hardest_negative,
     margin_indicator,
     negative_power_weights,
@@ -53,6 +56,7 @@ from sentemb.losses.geometry import (
     negatives_logsumexp,
     one_hot_rows,
     paradigm_stats,
+    positive_mask,
     safe_arccos,
 )
 from sentemb.losses.reference import sg_loss, with_telemetry
@@ -64,6 +68,12 @@ DYNAMIC_RATIOS = ("arccon", "met")
 
 @part("loss", "paradigm")
 class Paradigm(Objective):
+    no_negatives = None
+    reference_no_negatives = (
+        "the public code's sg loss sums both directions over the batch's square similarity matrices "
+        "(each view's positive live in both), which has no counterpart with extra negatives"
+    )
+
     def __init__(
         self,
         gd: str = "margin",
@@ -105,14 +115,14 @@ class Paradigm(Objective):
 
     @torch.no_grad()
     def weight(self, s: torch.Tensor) -> torch.Tensor:
-        n = s.shape[0]
+        columns = s.shape[1]  # M = N + K candidates with extra negatives
         if self.w == "softmax":
             return negative_softmax(s / self.tau)
         if self.w == "hardest":
-            return one_hot_rows(hardest_negative(s)[1], n, s.dtype)
+            return one_hot_rows(hardest_negative(s)[1], columns, s.dtype)
         if self.w == "power":
             return negative_power_weights(s, self.power)
-        return (~diagonal_mask(n, s.device)).to(s.dtype) / (n - 1)
+        return (~positive_mask(s)).to(s.dtype) / (columns - 1)
 
     @torch.no_grad()
     def ratio(self, s: torch.Tensor) -> torch.Tensor:

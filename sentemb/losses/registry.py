@@ -5,16 +5,19 @@
     out = loss(z1, z2)            # out.loss (scalar), out.stats (floats by name, computed when read)
 
 The YAML files are the one source of each loss's defaults, for the CLI and for `build` alike.
+`negatives_refusal(config)` says, before anything is built, whether a loss config takes extra
+negatives (ESimCSE's momentum queue): None, or the reason it does not.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from sentemb.common.errors import SentembConfigError
-from sentemb.common.parts import part_config
+from sentemb.common.parts import lookup, part_config
 from sentemb.common.paths import CONF_DIR
 
 LOSS_CONF_DIR = CONF_DIR / "loss"
@@ -46,3 +49,15 @@ def build(name: str, **overrides: Any) -> Any:
 def build_loss(config: dict[str, Any]) -> Any:
     """The objective a loss config names (`{name: <registered loss>, field: value, ...}`), built with its fields."""
     return part_config("loss", config).build()
+
+
+def negatives_refusal(config: Mapping[str, Any]) -> str | None:
+    """Whether the loss a config names (`{name: <registered loss>, field: value, ...}`, e.g. conf/loss/<name>.yaml
+    merged) takes extra negatives (a momentum queue): None if it does, else the reason as one sentence.
+    Reads the loss's class (`Objective.negatives_refusal`) and the config; builds nothing, loads no model."""
+    name = config.get("name")
+    declared = lookup("loss", name).build
+    refusal = getattr(declared, "negatives_refusal", None)
+    if refusal is None:  # a registered loader function, not an Objective class
+        return f"loss={name} takes no extra negatives: it does not declare them (no negatives_refusal)."
+    return refusal(config)

@@ -12,6 +12,8 @@ MET's distances are sqrt(clamp(2 − 2s, ε)) and MAT's angles arccos of s clamp
 W on the hardest negative only (MPT 1, MET 1/‖h_i−h'_j‖, MAT 1/sin θ_ij), R = 1 (MPT),
 sqrt((1−s_ij)/(1−s_ii)) (MET), sin θ_ij / sin θ_ii (MAT). Inputs: z1, z2 (N, D); the value
 is the mean over anchors. Example: `MPT(m=0.23)(z1, z2).loss`, `MET(m=0.45)`, `MAT(m=0.15)`.
+Extra negatives (a momentum queue) are extra candidates for the hardest negative: j ranges over
+the other sentences' h'_j and every queue row (under `reference` too: the same losses).
 
 `convention: reference` (the paper's public code, isotropy/models.py `_i_forward`, branches
 `mpt`, `met`, `mat`; one direction as here): MPT is the same computation. MET clamps 2 − 2s at
@@ -30,11 +32,11 @@ import torch
 from sentemb.common.parts import part
 from sentemb.losses.base import LazyStats, LossOutput, Objective, require_finite
 from sentemb.losses.geometry import (
-    diagonal_mask,
     hardest_negative,
     margin_indicator,
     one_hot_rows,
     paradigm_stats,
+    positive_mask,
     safe_arccos,
     unit_distance,
 )
@@ -44,6 +46,8 @@ REFERENCE_MET_EPS = 1e-4  # the public code's clamp_min(2 − 2s, 1e-4) before t
 
 @part("loss", "mpt")
 class MPT(Objective):
+    no_negatives = None
+
     def __init__(self, m: float = 0.23, symmetric: bool = False, convention: str = "paper") -> None:
         super().__init__()
         self.m = require_finite("m", m, "0.23")
@@ -56,13 +60,15 @@ class MPT(Objective):
 
         def stats() -> dict[str, float]:
             gd = margin_indicator(s, self.m)
-            return paradigm_stats(s, h1, h2, gd=gd, weights=one_hot_rows(index, s.shape[0], s.dtype), ratio=1.0)
+            return paradigm_stats(s, h1, h2, gd=gd, weights=one_hot_rows(index, s.shape[1], s.dtype), ratio=1.0)
 
         return LossOutput(loss, LazyStats(stats, s.device))
 
 
 class DistanceTriplet(Objective):
     """max(0, d_ii − min_{j≠i} d_ij + margin) for a distance d of the cosine matrix; W = ∂d/∂s at the hardest."""
+
+    no_negatives = None
 
     def distances(self, s: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -78,14 +84,14 @@ class DistanceTriplet(Objective):
         s = h1 @ h2.T
         distance = self.distances(s)
         positive = distance.diagonal()
-        nearest, index = distance.masked_fill(diagonal_mask(s.shape[0], s.device), math.inf).min(dim=1)
+        nearest, index = distance.masked_fill(positive_mask(s), math.inf).min(dim=1)  # j over all M columns
         loss = torch.relu(positive - nearest + self.margin()).mean()
 
         def stats() -> dict[str, float]:
             gd = (nearest - positive < self.margin()).to(s.dtype)
             # R = (∂d_ii/∂s_ii) / (∂d_ij/∂s_ij) at the hardest negative: MET √((1−s_ij)/(1−s_ii)), MAT sin θ_ij/sin θ_ii
             ratio = self.slope(s.diagonal()) / self.slope(s.gather(1, index[:, None])[:, 0])
-            weights = one_hot_rows(index, s.shape[0], s.dtype)
+            weights = one_hot_rows(index, s.shape[1], s.dtype)
             return paradigm_stats(s, h1, h2, gd=gd, weights=weights, ratio=ratio)
 
         return LossOutput(loss, LazyStats(stats, s.device))

@@ -9,6 +9,8 @@ From the command line:
     python -m sentemb.train loss=sum 'loss.terms={infonce: {weight: 1.0}, mmhe: {weight: 0.5, r: 1.5}}'
 Each term's value is returned in `LossOutput.terms` (logged as train/loss/<label>) and its
 telemetry under `<label>/<stat>`.
+Extra negatives (a momentum queue, `forward(z1, z2, negatives)`) go to every term, so the sum takes
+them only if each term does; otherwise it refuses them naming the term (`negatives_refusal`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from torch import nn
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.parts import part
 from sentemb.losses.base import LazyStats, LossOutput, Objective
-from sentemb.losses.registry import build
+from sentemb.losses.registry import build, loss_config, negatives_refusal
 
 
 @part("loss", "sum")
@@ -41,10 +43,40 @@ class WeightedSum(Objective):
         for label, spec in terms.items():
             self.objectives[label], self.weights[label] = build_term(label, spec)
 
-    def forward(self, z1: torch.Tensor, z2: torch.Tensor) -> LossOutput:
+    no_negatives = None  # each term decides (negatives_refusal)
+
+    @classmethod
+    def negatives_refusal(cls, config: Mapping[str, Any]) -> str | None:
+        """None if every term of `config["terms"]` takes extra negatives, else the first refusing term's reason."""
+        terms = config.get("terms") or {}
+        if isinstance(terms, DictConfig):
+            terms = OmegaConf.to_container(terms, resolve=True)
+        for label, spec in terms.items():
+            if not isinstance(spec, Mapping):
+                continue  # building refuses it with its own message
+            if "objective" in spec:  # an already built objective (library use)
+                reason = built_refusal(spec["objective"])
+            else:  # the term's config as build_term makes it: conf/loss/<name>.yaml with its fields
+                fields = {key: value for key, value in spec.items() if key not in ("weight", "loss")}
+                reason = negatives_refusal(loss_config(spec.get("loss", label), **fields))
+            if reason is not None:
+                return term_refusal(label, reason)
+        return None
+
+    def refuses_negatives(self) -> str | None:
+        for label, objective in self.objectives.items():
+            reason = built_refusal(objective)
+            if reason is not None:
+                return term_refusal(label, reason)
+        return None
+
+    def forward(self, z1: torch.Tensor, z2: torch.Tensor, negatives: torch.Tensor | None = None) -> LossOutput:
+        if negatives is not None:
+            self.extra_negatives(z1, negatives)  # refused here naming the term, before any term runs
         total, outputs = None, {}
         for label, objective in self.objectives.items():
-            outputs[label] = output = objective(z1, z2)
+            # a term built elsewhere may take (z1, z2) alone: negatives are passed only when there are some
+            outputs[label] = output = objective(z1, z2) if negatives is None else objective(z1, z2, negatives)
             weighted = self.weights[label] * output.loss
             total = weighted if total is None else total + weighted
 
@@ -54,6 +86,19 @@ class WeightedSum(Objective):
         # detached tensors, not floats: no host synchronisation on steps that do not log them
         values = {label: output.loss.detach() for label, output in outputs.items()}
         return LossOutput(total, LazyStats(stats, total.device), values)
+
+
+def built_refusal(objective: nn.Module) -> str | None:
+    """A built term's refusal of extra negatives; a module that is no Objective declares none, so it refuses."""
+    refuses = getattr(objective, "refuses_negatives", None)
+    if refuses is None:
+        return f"{type(objective).__name__} takes no extra negatives: it does not declare them (refuses_negatives)."
+    return refuses()
+
+
+def term_refusal(label: str, reason: str) -> str:
+    """The sum's refusal of extra negatives, naming the term that refuses them and its reason."""
+    return f"loss=sum takes no extra negatives because its term {label!r} does not: {reason}"
 
 
 def build_term(label: str, spec: Any) -> tuple[nn.Module, float]:

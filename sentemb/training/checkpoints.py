@@ -46,7 +46,7 @@ from torch import nn
 
 from sentemb.common.errors import CheckpointNotWritten, Preempted, SentembConfigError
 from sentemb.common.hydra_plumbing import resolved_container
-from sentemb.common.metric_names import DEV_SPEARMAN
+from sentemb.common.metric_names import DEV_SETS, DEV_SPEARMAN
 from sentemb.encoders.build import check_base_fingerprint, check_checkpoint_parts
 from sentemb.encoders.checkpoint import model_label, read_checkpoint
 from sentemb.encoders.models.adapters import base_fingerprint
@@ -161,6 +161,11 @@ class CheckpointContents:
         backbone, and every module's extra state (`get_extra_state`)."""
         keys = {name for name, p in self.named_parameters() if p.requires_grad}
         keys |= {name for name in persistent_buffers(self) if not name.startswith(BACKBONE)}
+        # a part's own copies of trained weights (ESimCSE's momentum encoder: ξ's copies of the adapter's weights)
+        for prefix, owner in self.named_modules():
+            saved = getattr(owner, "saved_with_adapter", None)
+            if callable(saved):
+                keys |= {f"{prefix}.{name}" if prefix else name for name in saved()}
         return keys | extra_state_keys(self)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -203,8 +208,10 @@ def extra_state_keys(module: nn.Module) -> set[str]:
 
 class BestCheckpoint(ModelCheckpoint):
     """Lightning's ModelCheckpoint keeping the best STS-B dev score: `best-step<N>.ckpt`, monitoring DEV_SPEARMAN
-    (max). Every other ModelCheckpoint argument (save_top_k, every_n_train_steps, save_on_train_epoch_end, ...) is
-    passed on; its state in a checkpoint is ModelCheckpoint's, under ModelCheckpoint's key (`state_key`)."""
+    (max). `monitor` may name a dev set as eval.select does (conf/callbacks/default.yaml: ${eval.select}): that set's
+    Spearman is monitored (stsb_dev: DEV_SPEARMAN, sickr_dev: sickr/dev/spearman). Every other ModelCheckpoint
+    argument (save_top_k, every_n_train_steps, save_on_train_epoch_end, ...) is passed on; its state in a checkpoint
+    is ModelCheckpoint's, under ModelCheckpoint's key (`state_key`)."""
 
     def __init__(
         self,
@@ -219,7 +226,7 @@ class BestCheckpoint(ModelCheckpoint):
         super().__init__(
             dirpath=dirpath,
             filename=filename,
-            monitor=monitor,
+            monitor=DEV_SETS[monitor].spearman if monitor in DEV_SETS else monitor,
             mode=mode,
             auto_insert_metric_name=auto_insert_metric_name,
             **kwargs,
@@ -231,10 +238,11 @@ class BestCheckpoint(ModelCheckpoint):
         return ModelCheckpoint.__qualname__ + super().state_key.removeprefix(type(self).__qualname__)
 
 
-def best_checkpoint_callback(trainer: L.Trainer) -> ModelCheckpoint | None:
-    """The ModelCheckpoint that keeps the best STS-B dev score (callbacks=default's model_checkpoint), or None."""
+def best_checkpoint_callback(trainer: L.Trainer, monitor: str = DEV_SPEARMAN) -> ModelCheckpoint | None:
+    """The ModelCheckpoint that keeps the best `monitor` score (the selecting dev set's Spearman; callbacks=default's
+    model_checkpoint), or None."""
     return next(
-        (c for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint) and c.monitor == DEV_SPEARMAN), None
+        (c for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint) and c.monitor == monitor), None
     )
 
 

@@ -20,6 +20,7 @@ from sentemb.common.metric_names import check_metric_name
 from sentemb.common.paths import resolve_data_root
 from sentemb.data.corpus import CorpusReport, check_corpus
 from sentemb.data.datamodule import check_batching, check_corpus_fills_batch
+from sentemb.data.repetition import check_dup_rate
 from sentemb.data.streaming import check_streaming
 from sentemb.encoders.build import attach_head, check_length_fits
 from sentemb.encoders.models.backbones import check_model
@@ -28,7 +29,9 @@ from sentemb.encoders.part_configs import EncoderConfig, checked_part
 from sentemb.training.callbacks import check_every_n_steps
 from sentemb.training.checkpoints import check_checkpoint_path
 from sentemb.training.grad_cache import check_grad_cache
+from sentemb.training.momentum import check_negatives
 from sentemb.training.sharding import check_sharding, devices_asked
+from sentemb.training.soft_negatives import check_soft_negatives
 from sentemb.training.trainer import check_devices
 
 MAX_SEED = 2**32 - 1  # numpy's (Lightning's seed_everything seeds it too)
@@ -92,11 +95,15 @@ def check_parts(cfg: DictConfig) -> None:
         warn_without_dropout(parts.model.raw)  # MNTP alone trains without dropout on purpose
     check_grad_cache(cfg.get("grad_cache"), cfg.data.batch_size)
     check_batching(cfg.data.get("batch_size"), cfg.data.get("max_length"))
+    check_dup_rate(cfg.data.get("dup_rate", 0.0))
     check_every_n_steps(cfg.eval.every_n_steps)
     check_seed(cfg.get("seed"))
     if "seed" in cfg.data:  # the shuffle's own generator: ${seed} unless set apart
         check_seed(cfg.data.seed, "data.seed")
     check_streaming(cfg.data, cfg.trainer)
     check_sharding(cfg)  # trainer=fsdp: several processes, a precision FSDP2 takes
+    # negatives=momentum: a loss with negatives, no FSDP
+    check_negatives({key: resolved_container(cfg.get(key)) for key in ("negatives", "loss", "adapter", "trainer")})
+    check_soft_negatives(resolved_container(cfg.get("soft_negatives")))  # its options, and its source readable
     if cfg.get("optimized_metric"):  # a typo would otherwise surface only when the job ends
         check_metric_name(cfg.optimized_metric)

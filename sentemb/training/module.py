@@ -20,6 +20,7 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 from lightning.pytorch.utilities import GradClipAlgorithmType
 from omegaconf import DictConfig
 
+from sentemb.common.batch_views import anchor_batch
 from sentemb.common.errors import SentembConfigError, TrainingDiverged
 from sentemb.common.hydra_plumbing import resolved_container
 from sentemb.encoders.build import build_encoder
@@ -32,7 +33,9 @@ from sentemb.losses.base import LazyStats
 from sentemb.training.checkpoints import CheckpointContents
 from sentemb.training.distributed import gather_with_grad, world_size
 from sentemb.training.grad_cache import GradCache
+from sentemb.training.momentum import gathered, sentence_keys
 from sentemb.training.sharding import shard_encoder
+from sentemb.training.soft_negatives import SoftNegativeMargin
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +55,22 @@ class SentembModule(CheckpointContents, L.LightningModule):
         grad_cache: int | dict[str, int | None] | None = None,
         compile: bool = False,
         adapter: dict[str, Any] | None = None,
+        negatives: dict[str, Any] | None = None,
+        soft_negatives: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.encoder = build_encoder(model, pooling, head, adapter)
         # an adapter run's checkpoints hold its trained weights only (CheckpointContents); the base is rebuilt
         self.strict_loading = not is_adapted(self.encoder.backbone)
+        # ESimCSE's momentum encoder (a copy of the backbone, made before compile) and its queue of negatives
+        self.negatives = build_part("negatives", negatives) if negatives else None
+        if self.negatives is not None:
+            self.negatives.track(self.encoder.backbone)
+        # SNCSE's bidirectional margin loss on the soft negatives (the batch's third view)
+        self.soft_negatives: SoftNegativeMargin | None = (
+            build_part("soft_negatives", soft_negatives) if soft_negatives else None
+        )
         if compile:  # in place: parameter names (and checkpoints) stay those of the eager backbone
             self.encoder.backbone.compile(dynamic=True)  # dynamic: every batch packs another number of tokens
         self.loss = build_part("loss", loss)  # a registered objective by name (sentemb.common.parts)
@@ -85,7 +98,7 @@ class SentembModule(CheckpointContents, L.LightningModule):
     def from_config(cls, cfg: DictConfig | Mapping[str, Any]) -> SentembModule:
         """The module of a composed train config (conf/train.yaml), or of its parts already resolved: the one way
         train, tests and benchmarks build it."""
-        parts = ("model", "pooling", "loss", "optimizer", "scheduler", "head", "adapter")
+        parts = ("model", "pooling", "loss", "optimizer", "scheduler", "head", "adapter", "negatives", "soft_negatives")
         parts = {key: resolved_container(cfg.get(key)) for key in parts}
         return cls(**parts, grad_cache=resolved_container(cfg.get("grad_cache")), compile=bool(cfg.get("compile")))
 
@@ -94,6 +107,10 @@ class SentembModule(CheckpointContents, L.LightningModule):
         transformer layer a unit (sentemb/training/sharding.py); other strategies keep the model whole."""
         if self._trainer is not None and isinstance(self.trainer.strategy, ModelParallelStrategy):
             shard_encoder(self, self.device_mesh["data_parallel"])
+
+    def on_train_epoch_start(self) -> None:
+        if self.negatives is not None:  # the released ESimCSE empties its queue at each epoch (convention=reference)
+            self.negatives.on_epoch_start(self.current_epoch)
 
     def on_fit_start(self) -> None:
         self.encoder.pooling.prepare_training(self.encoder.tokenizer)  # e.g. SARCSE's corpus token frequencies
@@ -124,7 +141,11 @@ class SentembModule(CheckpointContents, L.LightningModule):
         """
         views = self.training_views(batch)
         world = world_size()
-        output = self.global_loss(views, world)
+        output = self.global_loss(views, world, self.momentum_negatives(batch))
+        if self.negatives is not None and views.global_weight != 0:  # after the loss: the queue never holds this batch
+            self.enqueue_momentum_keys(batch)
+        if self.soft_negatives is not None:
+            views.auxiliary["soft_negative"] = self.soft_negative_term(views)
         terms = [weight * value for weight, value in views.auxiliary.values()]
         if output is not None:
             total = output.loss if views.global_weight == 1.0 else views.global_weight * output.loss
@@ -152,15 +173,52 @@ class SentembModule(CheckpointContents, L.LightningModule):
         logged = LazyStats(lambda: {**parts, **{f"paradigm/{k}": v for k, v in output.stats.items()}}, total.device)
         return backward, total, logged
 
-    def global_loss(self, views: TrainingViews, world: int) -> LossOutput | None:
-        """The loss on the two views, their negatives gathered from every rank; None when its weight is 0 (MNTP alone,
-        LLM2Vec's first stage): then neither the loss nor the gather runs."""
+    def global_loss(self, views: TrainingViews, world: int, negatives: torch.Tensor | None = None) -> LossOutput | None:
+        """The loss on the two views, their negatives gathered from every rank (and ESimCSE's queue, `negatives`);
+        None when its weight is 0 (MNTP alone, LLM2Vec's first stage): then neither the loss nor the gather runs."""
         if views.global_weight == 0:
             return None
         z1, z2 = views.z1, views.z2
         if world > 1:
             z1, z2 = gather_with_grad(z1), gather_with_grad(z2)
-        return self.loss(z1, z2)
+        return self.loss(z1, z2) if negatives is None else self.loss(z1, z2, negatives=negatives)
+
+    def momentum_negatives(self, batch: dict[str, torch.Tensor]) -> torch.Tensor | None:
+        """ESimCSE's step before its loss: the EMA update of ξ (θ as it stands before this step's update), then the
+        queue as it stood before this step, without the entries of this (global) batch's sentences."""
+        if self.negatives is None:
+            return None
+        self.negatives.update(self.encoder.backbone)
+        anchors = anchor_batch(batch)
+        return self.negatives.negatives(gathered(sentence_keys(anchors["input_ids"], anchors["attention_mask"])))
+
+    @torch.no_grad()
+    def enqueue_momentum_keys(self, batch: dict[str, torch.Tensor]) -> None:
+        """ξ (eval mode, no gradient) embeds this batch's anchors through the online pooling and its train-only MLP
+        (ESimCSE's q = MLP_θ(Enc_ξ(x))); every rank's keys join the queue. In GradCache's chunks when it is on."""
+        anchors = anchor_batch(batch)
+        rows = anchors["input_ids"].shape[0]
+        size = self.grad_cache.sentences if self.grad_cache is not None and self.grad_cache.sentences else rows
+        keys = torch.cat(
+            [
+                self.encoder(
+                    {k: v[start : start + size] for k, v in anchors.items()},
+                    train_head=True,
+                    backbone=self.negatives.backbone,
+                )
+                for start in range(0, rows, size)
+            ]
+        )
+        self.negatives.enqueue(keys, sentence_keys(anchors["input_ids"], anchors["attention_mask"]))
+
+    def soft_negative_term(self, views: TrainingViews) -> tuple[float, torch.Tensor]:
+        """SNCSE's λ·L_BML on the anchor, positive and negation views (per rank, like every auxiliary term)."""
+        if views.soft_negative is None:
+            raise RuntimeError(
+                "soft_negatives= is set but the training batch has no negation view (negative_input_ids): build the "
+                "data with sentemb.data's datamodule, which adds it when soft_negatives= is configured"
+            )
+        return self.soft_negatives.term(views.z1, views.z2, views.soft_negative)
 
     def training_views(self, batch: dict[str, torch.Tensor]) -> TrainingViews:
         """Both dropout views (unsup. SimCSE); with grad_cache, built from cached chunk outputs (grad_cache.py)."""

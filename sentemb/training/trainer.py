@@ -16,20 +16,10 @@ from lightning.pytorch.callbacks import Checkpoint, DeviceStatsMonitor, Learning
 from omegaconf import DictConfig
 
 from sentemb.common.errors import SentembConfigError
-from sentemb.common.metric_names import (
-    BEST_STEP,
-    CI_SUFFIXES,
-    DEV_SPEARMAN,
-    DEV_SPEARMAN_BEST_LOGGED,
-    DEV_SPEARMAN_BEST_RESCORED,
-    DEV_SPEARMAN_FINAL,
-    FINAL_STEP,
-    TEST_SPEARMAN,
-    interval_names,
-)
+from sentemb.common.metric_names import BEST_STEP, CI_SUFFIXES, FINAL_STEP, TEST_SPEARMAN, interval_names
 from sentemb.encoders.build import load_checkpoint_encoder
 from sentemb.eval.similarities import SIMILARITIES_NAME, write_similarities
-from sentemb.training.callbacks import STSBDevEvaluation
+from sentemb.training.callbacks import DEV_TASKS, STSBDevEvaluation
 from sentemb.training.checkpoints import best_checkpoint_callback, checkpoint_plugins
 
 log = logging.getLogger(__name__)
@@ -134,50 +124,60 @@ def build_trainer(cfg: DictConfig, extra_callbacks: list[L.Callback] = (), **ove
 
 
 def report_best(trainer: L.Trainer, dev_eval: STSBDevEvaluation, output_dir: Path | None = None) -> dict[str, Any]:
-    """Reload the best checkpoint, score STS-B dev and test with it, log and print them.
+    """Reload the best checkpoint, score STS-B dev and test with it (and SICK-R dev under eval.select=sickr_dev),
+    log and print them.
 
-    Dev is scored by the callback's own `dev_spearman` (same sentences, batches, batch size and
-    device), so on the same machine it is the logged best to the last bit; a resumed run whose
+    The best checkpoint is the one ModelCheckpoint kept for the dev set eval.select names (`dev_eval.monitor`),
+    and the report says which. Dev is scored by the callback's own `dev_spearman` (same sentences, batches, batch
+    size and device), so on the same machine it is the logged best to the last bit; a resumed run whose
     best was logged elsewhere may differ in the last bits, and a warning says so. Without a
     ModelCheckpoint keeping the best dev score (callbacks=none), the final weights are scored
     instead, and the report says so (`report_final`). Each score has its bootstrap interval (`<name>_ci_low`,
     `<name>_ci_high`), and the cosines they came from go to `<output_dir>/similarities.npz` (sentemb.compare reads
     them).
     """
-    checkpoint = best_checkpoint_callback(trainer)
+    checkpoint = best_checkpoint_callback(trainer, dev_eval.monitor)
     if checkpoint is None:
         return report_final(trainer, dev_eval, output_dir)
+    selected = dev_eval.selected
     best_path = checkpoint.best_model_path
-    if not best_path or dev_eval.best is None:
+    if not best_path or dev_eval.selected_best is None:
         raise RuntimeError(
-            f"training ended at step {trainer.global_step} without a best checkpoint: no STS-B dev evaluation ran, "
-            "so ModelCheckpoint kept nothing"
+            f"training ended at step {trainer.global_step} without a best checkpoint: no {selected.label} evaluation "
+            "ran, so ModelCheckpoint kept nothing"
         )
     best, _ = load_checkpoint_encoder(best_path, trainer.strategy.root_device)
-    best_step, logged_dev = dev_eval.best
-    metrics = _scores(trainer, best, dev_eval, (DEV_SPEARMAN_BEST_RESCORED, BEST_STEP), best_step, output_dir)
-    dev = metrics[DEV_SPEARMAN_BEST_RESCORED]
+    best_step, logged_dev = dev_eval.selected_best
+    metrics = _scores(trainer, best, dev_eval, "best_rescored", BEST_STEP, best_step, output_dir)
+    dev = metrics[selected.best_rescored]
     kept_score = checkpoint.best_model_score
     if kept_score is not None and float(kept_score) != logged_dev:
         warnings.warn(
-            f"{best_path} was kept for score {float(kept_score)!r}, but the best logged dev score "
+            f"{best_path} was kept for score {float(kept_score)!r}, but the best logged {selected.label} score "
             f"is {logged_dev!r} (step {best_step}): the checkpoint and the log disagree",
             stacklevel=1,
         )
     if dev != logged_dev:
         warnings.warn(
-            f"the best checkpoint scores STS-B dev {dev!r} now but {logged_dev!r} was logged at step "
+            f"the best checkpoint scores {selected.label} {dev!r} now but {logged_dev!r} was logged at step "
             f"{best_step}: another device, thread count or torch kernel than the training run's",
             stacklevel=1,
         )
     _log_final(trainer, metrics)
     if trainer.is_global_zero:
-        print(final_report(best_step, metrics, logged_dev, best_path))
-    return {**metrics, "best_checkpoint": best_path, DEV_SPEARMAN_BEST_LOGGED: logged_dev, "scored_weights": "best"}
+        print(final_report(best_step, metrics, dev_eval, best_path))
+    return {
+        **metrics,
+        "best_checkpoint": best_path,
+        **dev_eval.logged_bests(),
+        "scored_weights": "best",
+        "selected_on": dev_eval.select,
+    }
 
 
 def report_final(trainer: L.Trainer, dev_eval: STSBDevEvaluation, output_dir: Path | None = None) -> dict[str, Any]:
-    """No best checkpoint was kept: score STS-B dev and test with the final weights (in memory), log and print them.
+    """No best checkpoint was kept: score STS-B dev (and SICK-R dev under eval.select=sickr_dev) and test with the
+    final weights (in memory), log and print them.
 
     The dev evaluation at the last step ran on these same weights, so the final dev score repeats it to
     the last bit (a warning says otherwise). The best dev score logged during training is reported beside
@@ -185,44 +185,50 @@ def report_final(trainer: L.Trainer, dev_eval: STSBDevEvaluation, output_dir: Pa
     """
     step = trainer.global_step
     encoder = trainer.lightning_module.encoder
-    metrics = _scores(trainer, encoder, dev_eval, (DEV_SPEARMAN_FINAL, FINAL_STEP), step, output_dir)
-    dev, logged_final = metrics[DEV_SPEARMAN_FINAL], dict(dev_eval.history).get(step)
-    if logged_final is not None and dev != logged_final:
-        warnings.warn(
-            f"the final weights score STS-B dev {dev!r} now but {logged_final!r} was logged at step {step}",
-            stacklevel=1,
-        )
+    metrics = _scores(trainer, encoder, dev_eval, "final", FINAL_STEP, step, output_dir)
+    for dev_set in dev_eval.dev_sets:
+        dev, logged_final = metrics[dev_set.final], dict(dev_eval.history_of(dev_set)).get(step)
+        if logged_final is not None and dev != logged_final:
+            warnings.warn(
+                f"the final weights score {dev_set.label} {dev!r} now but {logged_final!r} was logged at step {step}",
+                stacklevel=1,
+            )
     _log_final(trainer, metrics)
     if trainer.is_global_zero:
-        print(final_weights_report(step, metrics, dev_eval.best))
-    logged_best = dev_eval.best[1] if dev_eval.best else None
-    return {**metrics, "best_checkpoint": None, DEV_SPEARMAN_BEST_LOGGED: logged_best, "scored_weights": "final"}
+        print(final_weights_report(step, metrics, dev_eval))
+    return {**metrics, "best_checkpoint": None, **dev_eval.logged_bests(), "scored_weights": "final"}
 
 
 def _scores(
-    trainer: L.Trainer, encoder: Any, dev_eval: STSBDevEvaluation, names: tuple[str, str], step: int,
+    trainer: L.Trainer, encoder: Any, dev_eval: STSBDevEvaluation, which: str, step_name: str, step: int,
     output_dir: Path | None,
 ) -> dict[str, float]:  # fmt: skip
-    """STS-B dev (the callback's own computation) and the test tasks of `encoder`, each with its interval; `names`:
-    which weights they are, as the (dev Spearman, step) metric names (best checkpoint or final weights). Rank 0
+    """Every scored dev set (the callback's own computation: STS-B dev, and SICK-R dev when it selects) and the
+    test tasks of `encoder`, each with its interval; `which`: which weights they are, as the dev sets' metric
+    (`best_rescored`: the best checkpoint, `final`: the final weights), `step_name` their step's metric. Rank 0
     writes the cosines to `<output_dir>/similarities.npz`."""
-    dev_similarities = dev_eval.dev_similarities(encoder)
-    dev = dev_eval.dev_spearman(encoder, dev_similarities)
-    dev_pairs = dev_eval.benchmark.pairs["dev"]
-    interval = dev_eval.resampling.spearman(dev_similarities, dev_pairs.gold, estimate=dev["spearman"])
+    metrics: dict[str, float] = {}
+    dev_similarities = {}
+    for dev_set in dev_eval.dev_sets:
+        cosines = dev_similarities[dev_set] = dev_eval.dev_similarities(encoder, dev_set)
+        dev = dev_eval.dev_spearman(encoder, cosines, dev_set)["spearman"]
+        interval = dev_eval.resampling.spearman(cosines, dev_eval.dev_pairs(dev_set).gold, estimate=dev)
+        name = getattr(dev_set, which)
+        metrics |= {name: dev, **dict(zip(interval_names(name), (interval.low, interval.high), strict=True))}
     test, similarities = dev_eval.held_out.score(encoder, dev_eval.batch_size)
-    dev_name, step_name = names
-    bounds = dict(zip(interval_names(dev_name), (interval.low, interval.high), strict=True))
     if output_dir is not None and trainer.is_global_zero:
-        data = {**dev_eval.held_out.data, "STSBenchmark": {**dev_eval.held_out.data["STSBenchmark"], "dev": dev_pairs}}
-        similarities["STSBenchmark"]["dev"] = dev_similarities
+        data = dict(dev_eval.held_out.data)
+        for dev_set, cosines in dev_similarities.items():
+            task = DEV_TASKS[dev_set]
+            data[task] = {**data.get(task, {}), "dev": dev_eval.dev_pairs(dev_set)}
+            similarities.setdefault(task, {})["dev"] = cosines
         try:
             write_similarities(Path(output_dir) / SIMILARITIES_NAME, data, similarities)
         except OSError as err:  # a cache for sentemb.compare: the job's scores stand without it
             warnings.warn(
                 f"{output_dir}/{SIMILARITIES_NAME} not written ({err}); sentemb.compare re-encodes", stacklevel=1
             )
-    return {dev_name: dev["spearman"], **bounds, **test, step_name: step}
+    return {**metrics, **test, step_name: step}
 
 
 def _log_final(trainer: L.Trainer, metrics: dict[str, float]) -> None:
@@ -231,15 +237,28 @@ def _log_final(trainer: L.Trainer, metrics: dict[str, float]) -> None:
         logger.finalize("success")
 
 
-def final_report(best_step: int, metrics: dict[str, float], logged_dev: float, best_path: str) -> str:
+def final_report(best_step: int, metrics: dict[str, float], dev_eval: STSBDevEvaluation, best_path: str) -> str:
     """The closing lines of a training job; 4 decimals, where batch-neighbour differences would show (~1e-4), each
-    score's 95% bootstrap interval in brackets."""
-    dev = scored(metrics, DEV_SPEARMAN_BEST_RESCORED)
+    score's 95% bootstrap interval in brackets. The first line is the dev set that selected the checkpoint."""
+    selected = dev_eval.selected
+    logged_dev = dev_eval.selected_best[1]
+    lines = [
+        f"{selected.label} Spearman (best, step {best_step}): {scored(metrics, selected.best_rescored)}   "
+        f"(logged during training: {logged_dev:.4f})"
+    ]
+    for dev_set in dev_eval.dev_sets:
+        if dev_set is not selected:  # scored at the selected step; its own best was logged elsewhere
+            step, logged = dev_eval.best_of(dev_set)
+            lines.append(
+                f"{dev_set.label} Spearman (step {best_step}): {scored(metrics, dev_set.best_rescored)}   "
+                f"(best logged during training: {logged:.4f} at step {step})"
+            )
+    lines.append(f"STS-B test Spearman (best checkpoint):    {scored(metrics, TEST_SPEARMAN)}")
     return (
-        f"\nSTS-B dev Spearman (best, step {best_step}): {dev}   (logged during training: {logged_dev:.4f})"
-        f"\nSTS-B test Spearman (best checkpoint):    {scored(metrics, TEST_SPEARMAN)}"
+        "\n"
+        + "\n".join(lines)
         + other_tasks(metrics)
-        + f"\nbest checkpoint: {best_path}\n"
+        + f"\nbest checkpoint: {best_path} (selected on {selected.label}: eval.select={dev_eval.select})\n"
     )
 
 
@@ -255,13 +274,20 @@ def other_tasks(metrics: dict[str, float]) -> str:
     return "".join(f"\n{name.split('/')[1]} test Spearman:    {scored(metrics, name)}" for name in tasks)
 
 
-def final_weights_report(step: int, metrics: dict[str, float], best: tuple[int, float] | None) -> str:
+def final_weights_report(step: int, metrics: dict[str, float], dev_eval: STSBDevEvaluation) -> str:
     """The closing lines when no best checkpoint was kept: the final weights' scores, and the best only as logged."""
-    logged = f"best logged during training: {best[1]:.4f} at step {best[0]}" if best else "no dev score logged"
+    lines = []
+    for dev_set in dev_eval.dev_sets:
+        best = dev_eval.best_of(dev_set)
+        logged = f"best logged during training: {best[1]:.4f} at step {best[0]}" if best else "no dev score logged"
+        lines.append(
+            f"{dev_set.label} Spearman (final weights, step {step}): {scored(metrics, dev_set.final)}   ({logged})"
+        )
     return (
-        f"\nSTS-B dev Spearman (final weights, step {step}): {scored(metrics, DEV_SPEARMAN_FINAL)}   ({logged})"
-        f"\nSTS-B test Spearman (final weights):    {scored(metrics, TEST_SPEARMAN)}"
+        "\n"
+        + "\n".join(lines)
+        + f"\nSTS-B test Spearman (final weights):    {scored(metrics, TEST_SPEARMAN)}"
         + other_tasks(metrics)
-        + f"\nno checkpoint kept: no ModelCheckpoint monitors {DEV_SPEARMAN} (callbacks=default keeps the best), "
+        + f"\nno checkpoint kept: no ModelCheckpoint monitors {dev_eval.monitor} (callbacks=default keeps the best), "
         "so the final weights were scored, not the best\n"
     )

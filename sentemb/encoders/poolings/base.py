@@ -25,17 +25,28 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from sentemb.common.batch_views import has_views, stacked_views, training_view_batches
 from sentemb.common.errors import SentembConfigError
 
 
 @dataclass
 class TrainingViews:
-    """The two dropout views' embeddings, the global loss's weight, and auxiliary (weight, loss) terms."""
+    """The anchor (z1) and positive (z2) views' embeddings, the global loss's weight, auxiliary (weight, loss) terms,
+    and with SNCSE's soft negatives each sentence's negation (`soft_negative`, the third view)."""
 
     z1: torch.Tensor
     z2: torch.Tensor
     global_weight: float = 1.0
     auxiliary: dict[str, tuple[float, torch.Tensor]] = field(default_factory=dict)
+    soft_negative: torch.Tensor | None = None
+
+
+def split_views(embedding: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The rows of 2n or 3n embeddings (anchor, positive[, soft negative]) as the views of n sentences."""
+    if embedding.shape[0] not in (2 * n, 3 * n):
+        raise RuntimeError(f"{embedding.shape[0]} training rows for {n} sentences: expected 2n or 3n (the views)")
+    third = embedding[2 * n :] if embedding.shape[0] == 3 * n else None
+    return embedding[:n], embedding[n : 2 * n], third
 
 
 class TrainingHooks:
@@ -61,9 +72,14 @@ class TrainingHooks:
     def training_batch(
         self, batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase
     ) -> dict[str, torch.Tensor]:
-        """The backbone's rows of a training step: the batch twice (dropout draws a mask per row: the two views),
-        prepared. Called by `SentenceEncoder.training_batch`; a head may add rows of its own (MNTP's masked copies)."""
-        return self.prepare({name: torch.cat([value, value]) for name, value in batch.items()}, tokenizer)
+        """The backbone's rows of a training step, prepared: the batch twice (dropout draws a mask per row: the two
+        views), or the batch's own views (ESimCSE's repeated copy as view 2, SNCSE's negation as view 3; see
+        sentemb.common.batch_views). Called by `SentenceEncoder.training_batch`; a head may add rows of its own
+        (MNTP's masked copies)."""
+        if not has_views(batch):  # unsupervised SimCSE: the same rows twice
+            return self.prepare({name: torch.cat([value, value]) for name, value in batch.items()}, tokenizer)
+        rows = stacked_views(training_view_batches(batch), tokenizer.pad_token_id, tokenizer.padding_side)
+        return self.prepare(rows, tokenizer)
 
     def prepare_training(self, tokenizer: PreTrainedTokenizerBase) -> None:
         """Whatever training needs once, at fit start (the LightningModule's `on_fit_start`; SARCSE: the corpus's
@@ -80,11 +96,12 @@ class TrainingHooks:
         return {}
 
     def training_views(self, rows: dict[str, torch.Tensor], batch: dict[str, torch.Tensor], n: int) -> TrainingViews:
-        """The doubled batch's rows → the two views of its n sentences (first half is view 1); `batch` is the
-        prepared doubled batch those rows came from (HiCL reads its segments' owners there). Batch-level: called
-        once a step on all rows (with GradCache, on the cached ones), by the encoder or the LightningModule."""
-        embedding = rows["embedding"]
-        return TrainingViews(embedding[:n], embedding[n:], self.contrastive_weight, self.auxiliary_terms(rows, n))
+        """The training rows → the views of its n sentences (first n rows: view 1; then view 2; then SNCSE's soft
+        negatives if the batch has them); `batch` is the prepared batch those rows came from (HiCL reads its segments'
+        owners there). Batch-level: called once a step on all rows (with GradCache, on the cached ones), by the
+        encoder or the LightningModule."""
+        z1, z2, negation = split_views(rows["embedding"], n)
+        return TrainingViews(z1, z2, self.contrastive_weight, self.auxiliary_terms(rows, n), negation)
 
 
 class HeadHooks:

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from sentemb.common.batch_views import training_view_batches
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.parts import ENCODERS, NATIVE, part
 from sentemb.encoders.poolings.base import Pooling, refuse_head
@@ -107,6 +108,10 @@ class PromptPooling(Pooling):
     The template is applied to token ids inside the encoder's forward (`prepare`), for training and
     for `encode()` alike; the sentence is truncated to fit `max_length` (default: the tokenizer's
     limit), never the template or the mask. Reference: Jiang et al., PromptBERT (EMNLP 2022).
+
+    `positive_template`: the template of the training views after the anchor (the positive and SNCSE's soft
+    negative), as SNCSE's released code trains (`This sentence of "[X]" means [MASK] .`); the anchor's `template`
+    is the one used at test time. None: every view uses `template` (PromptBERT).
     """
 
     def __init__(
@@ -117,9 +122,12 @@ class PromptPooling(Pooling):
         max_length: int | None = None,
         mlp_activation: str = "after",
         mlp_init_std: float | None = None,
+        positive_template: str | None = None,
     ) -> None:
         super().__init__()
         self.template = check_template(template)
+        positive = positive_template
+        self.positive_template = check_template(positive, "pooling.positive_template") if positive else None
         self.max_length = max_length
         self.mlp_use, self.mlp_activation = mlp, mlp_activation
         self.mlp = projection_mlp(hidden_size, mlp, mlp_activation, mlp_init_std)
@@ -133,10 +141,21 @@ class PromptPooling(Pooling):
         rows = prepared_rows(real_ids(batch), self.serving_rows(tokenizer))
         return rebatch(rows, batch, tokenizer.pad_token_id, tokenizer.mask_token_id)
 
-    def serving_rows(self, tokenizer: PreTrainedTokenizerBase) -> dict[str, Any]:
-        """The template at the token level (TokenTemplate): specials stripped, a literal mask token made [UNK], the
-        sentence cut to fit; right padding, as `rebatch` pads."""
-        template = TokenTemplate.build(tokenizer, self.template)
+    def training_batch(
+        self, batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase
+    ) -> dict[str, torch.Tensor]:
+        """The anchor's rows in `template`, the other views' (positive, soft negative) in `positive_template`."""
+        anchor, *others = training_view_batches(batch)
+        rows = prepared_rows(real_ids(anchor), self.serving_rows(tokenizer))
+        later = self.serving_rows(tokenizer, self.positive_template or self.template)
+        for view in others:
+            rows += prepared_rows(real_ids(view), later)
+        return rebatch(rows, anchor, tokenizer.pad_token_id, tokenizer.mask_token_id)
+
+    def serving_rows(self, tokenizer: PreTrainedTokenizerBase, template_text: str | None = None) -> dict[str, Any]:
+        """The template (`template_text`, default the anchor's) at the token level (TokenTemplate): specials stripped, a
+        literal mask token made [UNK], the sentence cut to fit; right padding, as `rebatch` pads."""
+        template = TokenTemplate.build(tokenizer, template_text or self.template)
         limit = self.max_length or model_max_length(tokenizer)
         check_room(template.overhead, limit)
         unk = {} if template.unk_token_id is None else {str(template.mask_token_id): template.unk_token_id}

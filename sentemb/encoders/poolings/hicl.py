@@ -26,15 +26,17 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedTokenizerBase
 
+from sentemb.common.batch_views import training_view_batches
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.parts import ENCODERS, part
-from sentemb.encoders.poolings.base import Pooling, TrainingViews, refuse_head
+from sentemb.encoders.poolings.base import Pooling, TrainingViews, refuse_head, split_views
 from sentemb.encoders.poolings.encoder_poolings import CLSPooling, PromptPooling
 from sentemb.encoders.poolings.templates import (
     PROMPTBERT_TEMPLATE,
     TokenTemplate,
     check_template,
     model_max_length,
+    real_ids,
     rebatch,
 )
 
@@ -77,6 +79,7 @@ class HiCLPooling(Pooling):
         prompt: bool = False,
         template: str = PROMPTBERT_TEMPLATE,
         mlp: str = "train",
+        positive_template: str | None = None,
     ) -> None:
         super().__init__()
         if not (isinstance(slice_len, int) and slice_len >= 1):
@@ -100,7 +103,11 @@ class HiCLPooling(Pooling):
             local_negatives,
             entailment_beta,
         )
-        self.segment_pooling = PromptPooling(hidden_size, template, mlp) if prompt else CLSPooling(hidden_size, mlp)
+        self.segment_pooling = (
+            PromptPooling(hidden_size, template, mlp, positive_template=positive_template)
+            if prompt
+            else CLSPooling(hidden_size, mlp)
+        )
 
     def with_head(self, head: Pooling) -> Pooling:
         """A head (SARCSE) makes each segment's vector; the segments are still aggregated."""
@@ -115,26 +122,45 @@ class HiCLPooling(Pooling):
     # ------------------------------------------------------------------ slicing (token level)
     def prepare(self, batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase) -> dict[str, torch.Tensor]:
         """Token batch of B sequences → token batch of S segments, with their owners and weights."""
+        return self.segment_batch([batch], tokenizer)
+
+    def training_batch(
+        self, batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase
+    ) -> dict[str, torch.Tensor]:
+        """Every training view sliced the same way (HiCL §3.1: "we also apply the same method to the negated
+        sentences"); with the prompt, the anchor's segments in its template and the other views' in the positive
+        template (SNCSE). Owners count on across views: view v's sequence i is owner v·B + i."""
+        return self.segment_batch(training_view_batches(batch), tokenizer)
+
+    def segment_batch(
+        self, views: list[dict[str, torch.Tensor]], tokenizer: PreTrainedTokenizerBase
+    ) -> dict[str, torch.Tensor]:
         prompt = isinstance(self.segment_pooling, PromptPooling)
-        template = (
-            TokenTemplate.build(tokenizer, self.segment_pooling.template) if prompt else TokenTemplate.plain(tokenizer)
-        )
         limit = model_max_length(tokenizer)
         rows, owner, lengths = [], [], []
-        for index, (ids, keep) in enumerate(
-            zip(batch["input_ids"].tolist(), batch["attention_mask"].tolist(), strict=True)
-        ):
-            for piece in slice_content(
-                template.content([i for i, k in zip(ids, keep, strict=True) if k]), self.slice_len
-            ):
-                rows.append(template.wrap(piece, limit))
-                owner.append(index)
-                lengths.append(len(piece))
-        segments = rebatch(rows, batch, tokenizer.pad_token_id, template.mask_token_id if prompt else None)
-        device = batch["input_ids"].device
+        sequence = -1
+        for number, view in enumerate(views):
+            template = self.view_template(tokenizer, prompt, later=number > 0)
+            for ids in real_ids(view):
+                sequence += 1
+                for piece in slice_content(template.content(ids), self.slice_len):
+                    rows.append(template.wrap(piece, limit))
+                    owner.append(sequence)
+                    lengths.append(len(piece))
+        segments = rebatch(rows, views[0], tokenizer.pad_token_id, tokenizer.mask_token_id if prompt else None)
+        device = views[0]["input_ids"].device
         segments["segment_owner"] = torch.tensor(owner, device=device)
         segments["segment_weight"] = torch.tensor(segment_weights(lengths, owner, self.weighting), device=device)
         return segments
+
+    def view_template(self, tokenizer: PreTrainedTokenizerBase, prompt: bool, later: bool) -> TokenTemplate:
+        """The anchor's template, or for a later view the segment pooling's positive template (plain: none)."""
+        if not prompt:
+            return TokenTemplate.plain(tokenizer)
+        text = self.segment_pooling.template
+        if later and self.segment_pooling.positive_template:
+            text = self.segment_pooling.positive_template
+        return TokenTemplate.build(tokenizer, text)
 
     def aggregate(self, segments: torch.Tensor, batch: dict[str, torch.Tensor], sequences: int) -> torch.Tensor:
         """Σ_j w_ij h_ij for every sequence i (HiCL §3.1)."""
@@ -152,43 +178,69 @@ class HiCLPooling(Pooling):
         return self.segment_pooling.training_rows(hidden, batch)
 
     def training_views(self, rows: dict[str, torch.Tensor], batch: dict[str, torch.Tensor], n: int) -> TrainingViews:
-        """Sequence embeddings of both views, plus the local (and entailment) loss over their segments."""
+        """Sequence embeddings of every view, plus the local (and entailment) loss over their segments."""
         segments = rows["embedding"]
-        sequences = self.aggregate(segments, batch, 2 * n)
         owner = batch["segment_owner"]
-        count = torch.bincount(owner, minlength=2 * n)
-        half = segments.shape[0] // 2  # the doubled batch slices identically: first half is view 1
+        views = (int(owner[-1]) + 1) // n  # 2, or 3 with SNCSE's soft negatives
+        sequences = self.aggregate(segments, batch, views * n)
+        z1, z2, negation = split_views(sequences, n)
+        anchors = int((owner < n).sum())  # view 1's segments come first
         global_weight = 1.0 - self.alpha - self.entailment_beta
-        auxiliary = {"local": (self.alpha, self.local_loss(segments, owner, count))}
+        auxiliary = {"local": (self.alpha, self.local_loss(segments, owner, n))}
         if self.entailment_beta > 0:
-            auxiliary["entailment"] = (self.entailment_beta, self.entailment_loss(segments, sequences, owner))
+            auxiliary["entailment"] = (self.entailment_beta, self.entailment_loss(segments, z2, owner, n))
         # a head on every segment (SARCSE): its per-segment terms, and Eq. 10's α on the contrastive part
-        auxiliary.update(self.segment_pooling.auxiliary_terms(rows, half))
+        auxiliary.update(self.segment_pooling.auxiliary_terms(rows, anchors))
         global_weight *= self.segment_pooling.contrastive_weight
-        return TrainingViews(sequences[:n], sequences[n:], global_weight, auxiliary)
+        return TrainingViews(z1, z2, global_weight, auxiliary, negation)
 
-    def local_loss(self, segments: torch.Tensor, owner: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
-        """Eq. 2 over the two views' segments; same-sequence segments other than the positive are masked out.
+    def local_loss(self, segments: torch.Tensor, owner: torch.Tensor, n: int) -> torch.Tensor:
+        """Eq. 2: each anchor segment against the positive view's segments; same-sequence segments other than the
+        positive are masked out.
 
-        `owner`: each segment's sequence, both views; `count`: segments per sequence, both views.
+        Segment j of sequence i (view 1) is paired with segment j of sequence i in view 2. The views slice alike
+        unless view 2 is longer (ESimCSE's repeated tokens): its extra segments are candidates only (negatives of the
+        other sequences), and an anchor segment without a counterpart sits out the local loss.
         """
-        s = segments.shape[0] // 2  # segments per view: the doubled batch repeats the first view's rows
-        owner, count = owner[:s], count[: len(count) // 2]
+        first = owner < n
+        second = (owner >= n) & (owner < 2 * n)
+        anchor_owner, candidate_owner = owner[first], owner[second] - n
+        anchor_index, candidate_index = position_in_sequence(anchor_owner), position_in_sequence(candidate_owner)
+        # the counterpart of anchor (i, j): the candidate with owner i and position j, found among sorted keys
+        width = int(max(anchor_index.max(), candidate_index.max())) + 1
+        anchor_key, candidate_key = anchor_owner * width + anchor_index, candidate_owner * width + candidate_index
+        target = torch.searchsorted(candidate_key, anchor_key).clamp(max=len(candidate_key) - 1)
+        paired = candidate_key[target] == anchor_key
         with torch.autocast(device_type=segments.device.type, enabled=False):
-            h1, h2 = F.normalize(segments[:s].float(), dim=-1), F.normalize(segments[s:].float(), dim=-1)
+            h1 = F.normalize(segments[first][paired].float(), dim=-1)
+            h2 = F.normalize(segments[second].float(), dim=-1)
             logits = h1 @ h2.T / self.local_tau
-        same_sequence = owner[:, None] == owner[None, :]
-        positive = torch.eye(s, dtype=torch.bool, device=logits.device)
+        target = target[paired]
+        positive = torch.zeros_like(logits, dtype=torch.bool)
+        positive[torch.arange(len(target), device=logits.device), target] = True
+        same_sequence = anchor_owner[paired][:, None] == candidate_owner[None, :]
         logits = logits.masked_fill(same_sequence & ~positive, float("-inf"))
-        if self.local_negatives == "averaging":  # w_k = 1/v_k on negatives (App. A.8)
-            logits = logits - torch.where(positive, 0.0, count[owner].float().log()[None, :])
-        return F.cross_entropy(logits, torch.arange(s, device=logits.device))
+        if self.local_negatives == "averaging":  # w_k = 1/v_k on negatives (App. A.8), v_k counted in view 2
+            count = torch.bincount(candidate_owner, minlength=n)
+            logits = logits - torch.where(positive, 0.0, count[candidate_owner].float().log()[None, :])
+        return F.cross_entropy(logits, target)
 
-    def entailment_loss(self, segments: torch.Tensor, sequences: torch.Tensor, owner: torch.Tensor) -> torch.Tensor:
+    def entailment_loss(
+        self, segments: torch.Tensor, positives: torch.Tensor, owner: torch.Tensor, n: int
+    ) -> torch.Tensor:
         """HiCLv2 (App. A.6, Eq. 3): a segment against its own sequence (the other view) vs the other sequences."""
-        half = segments.shape[0] // 2
+        first = owner < n
         with torch.autocast(device_type=segments.device.type, enabled=False):
-            seg = F.normalize(segments[:half].float(), dim=-1)
-            seq = F.normalize(sequences[len(sequences) // 2 :].float(), dim=-1)
+            seg = F.normalize(segments[first].float(), dim=-1)
+            seq = F.normalize(positives.float(), dim=-1)
             logits = seg @ seq.T / self.local_tau
-        return F.cross_entropy(logits, owner[:half])
+        return F.cross_entropy(logits, owner[first])
+
+
+def position_in_sequence(owner: torch.Tensor) -> torch.Tensor:
+    """Each segment's position j within its sequence, for owners in ascending order (segments are contiguous)."""
+    index = torch.arange(len(owner), device=owner.device)
+    starts = torch.ones_like(owner, dtype=torch.bool)
+    starts[1:] = owner[1:] != owner[:-1]
+    first = torch.cummax(torch.where(starts, index, 0), dim=0).values
+    return index - first

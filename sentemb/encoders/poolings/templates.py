@@ -19,14 +19,16 @@ from transformers import PreTrainedTokenizerBase
 from sentemb.common.errors import SentembConfigError
 
 PROMPTBERT_TEMPLATE = 'This sentence : "[X]" means [MASK] .'
+# SNCSE's training template of the positive and the soft negative (its anchor's is PROMPTBERT_TEMPLATE)
+SNCSE_POSITIVE_TEMPLATE = 'This sentence of "[X]" means [MASK] .'
 
 
-def check_template(template: str) -> str:
-    """The template if it holds [X] and [MASK] exactly once each, else a config error naming pooling.template."""
+def check_template(template: str, key: str = "pooling.template") -> str:
+    """The template if it holds [X] and [MASK] exactly once each, else a config error naming `key`."""
     if not isinstance(template, str) or template.count("[X]") != 1 or template.count("[MASK]") != 1:
         raise SentembConfigError(
-            f"pooling.template={template!r} must contain [X] (the sentence) and [MASK] exactly once each. "
-            f"Fix: e.g. pooling.template='{PROMPTBERT_TEMPLATE}'"
+            f"{key}={template!r} must contain [X] (the sentence) and [MASK] exactly once each. "
+            f"Fix: e.g. {key}='{PROMPTBERT_TEMPLATE}'"
         )
     return template
 

@@ -1,0 +1,129 @@
+"""The views a training batch carries, and the collator that pads them.
+
+View 1, the anchor, is every batch's rows under the tokenizer's own names (`input_ids`, `attention_mask`, and
+`token_type_ids` when the tokenizer gives them). Two more views are optional:
+
+- data.dup_rate > 0 (ESimCSE): the positive view, each sentence with a few tokens repeated
+  (`sentemb.data.repetition`), under `positive_input_ids`, `positive_attention_mask` (all 1) and, when the tokenizer
+  gives token types, `positive_token_type_ids` (all 0);
+- soft_negatives (SNCSE): the third view, each sentence's negation (`sentemb.data.negation`), tokenised and
+  truncated to data.max_length, under `negative_input_ids`, `negative_attention_mask` (+ `negative_token_type_ids`).
+
+Without them a batch holds exactly the anchor's keys. Each view is padded on its own, to its own longest row, on
+the tokenizer's padding side with its pad id (`ViewCollator`); `view_batch` reads one view back under the plain
+names.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import PreTrainedTokenizerBase
+from transformers.data.data_collator import pad_without_fast_tokenizer_warning
+
+from sentemb.common.batch_views import NEGATIVE, POSITIVE
+from sentemb.data.repetition import repeat_tokens, sentence_rng
+
+# the view keys are one fact, shared with the encoders that lay the views out as rows (sentemb.common.batch_views)
+ANCHOR = ""  # view 1: the plain names
+PREFIXES = (POSITIVE, NEGATIVE)
+
+
+@dataclass(frozen=True)
+class SoftNegatives:
+    """The `soft_negatives` config node's data-side fields: where each sentence's negation comes from
+    (`sentemb.data.negation.soft_negatives`). `stamp`: the negation file's size and mtime, so datasets' cache of
+    the tokenised corpus (keyed by the mapped function and its arguments) is not reused once the file changed."""
+
+    source: str
+    path: str | None = None
+    lookup_quirk: bool = False
+    spacy_model: str = "en_core_web_sm"
+    stamp: tuple[int, int] | None = None
+
+    @classmethod
+    def from_config(cls, node: Mapping[str, Any] | None) -> SoftNegatives | None:
+        """None when the node is absent (null); its loss-side fields (alpha, beta, weight, ...) are not read here."""
+        if not node:
+            return None
+        path = node.get("path")
+        path = None if path is None else os.path.expanduser(str(path))
+        stamp = None
+        if path is not None and os.path.isfile(path):
+            status = os.stat(path)
+            stamp = (status.st_size, status.st_mtime_ns)
+        return cls(
+            source=node.get("source"),
+            path=path,
+            lookup_quirk=node.get("lookup_quirk", False),
+            spacy_model=node.get("spacy_model") or "en_core_web_sm",
+            stamp=stamp,
+        )
+
+    def negations(self, sentences: list[str]) -> list[str]:
+        from sentemb.data.negation import soft_negatives  # the negation parser (spaCy) loads only when used
+
+        return soft_negatives(
+            sentences, self.source, path=self.path, lookup_quirk=self.lookup_quirk, spacy_model=self.spacy_model
+        )
+
+
+def encode_views(
+    sentences: list[str],
+    indices: Sequence[int],
+    tokenizer: PreTrainedTokenizerBase,
+    max_length: int,
+    dup_rate: float = 0.0,
+    seed: int = 0,
+    soft_negatives: SoftNegatives | None = None,
+) -> dict[str, list[list[int]]]:
+    """Sentences → the columns of their views: the anchor's (truncated to `max_length`), the positive's when
+    `dup_rate` > 0 (sentence `indices[i]` repeats from `sentence_rng(seed, indices[i])`), the soft negative's."""
+    encoded = dict(tokenizer(sentences, truncation=True, max_length=max_length))
+    if dup_rate > 0:
+        ids = [
+            repeat_tokens(row, dup_rate, sentence_rng(seed, index))
+            for row, index in zip(encoded["input_ids"], indices, strict=True)
+        ]
+        encoded[f"{POSITIVE}input_ids"] = ids
+        encoded[f"{POSITIVE}attention_mask"] = [[1] * len(row) for row in ids]
+        if "token_type_ids" in encoded:
+            encoded[f"{POSITIVE}token_type_ids"] = [[0] * len(row) for row in ids]
+    if soft_negatives is not None:
+        negations = soft_negatives.negations(list(sentences))
+        if len(negations) != len(sentences):
+            raise RuntimeError(f"{len(negations)} soft negatives for {len(sentences)} sentences")
+        negative = tokenizer(negations, truncation=True, max_length=max_length)
+        encoded.update({f"{NEGATIVE}{key}": values for key, values in negative.items()})
+    return encoded
+
+
+@dataclass
+class ViewCollator:
+    """Pads each view of a batch on its own (to its own longest row, the tokenizer's padding side and pad id) and
+    returns them together: the anchor under the plain names, the others under their prefixes. A batch without
+    views comes out as DataCollatorWithPadding's would."""
+
+    tokenizer: PreTrainedTokenizerBase
+
+    def __call__(self, features: list[Mapping[str, Any]]) -> Mapping[str, torch.Tensor]:
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for feature in features:
+            split: dict[str, dict[str, Any]] = {}
+            for key, value in feature.items():
+                prefix = next((p for p in PREFIXES if key.startswith(p)), ANCHOR)
+                split.setdefault(prefix, {})[key[len(prefix) :]] = value
+            for prefix, rows in split.items():
+                groups.setdefault(prefix, []).append(rows)
+        batch = self.pad(groups.pop(ANCHOR))
+        for prefix, rows in groups.items():
+            for key, value in self.pad(rows).items():
+                batch[f"{prefix}{key}"] = value
+        return batch
+
+    def pad(self, rows: list[dict[str, Any]]) -> Mapping[str, torch.Tensor]:
+        return pad_without_fast_tokenizer_warning(self.tokenizer, rows, padding=True, return_tensors="pt")
