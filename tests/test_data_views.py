@@ -11,10 +11,11 @@ import torch
 from transformers import AutoTokenizer, DataCollatorWithPadding
 
 import sentemb.data.negation
+from sentemb.common.batch_views import NEGATIVE, POSITIVE, view_batch
 from sentemb.data.datamodule import UnsupervisedTextDataModule
 from sentemb.data.negation import negate_offline
 from sentemb.data.repetition import repeat_tokens, sentence_rng
-from sentemb.data.views import NEGATIVE, POSITIVE, ViewCollator, view_batch
+from sentemb.data.views import ViewCollator
 from sentemb.encoders.models.backbones import packaged_model_path, pretrained_tokenizer, tiny_roberta_tokenizer
 
 ANCHOR_KEYS = {"input_ids", "token_type_ids", "attention_mask"}

@@ -534,6 +534,8 @@ NOT_CONFIG = {  # files read that are not configuration, each with why the rule 
     ("sentemb/eval/transfer.py", "_lines"): "SentEval's data: sentences and labels, checked by its reader",
     ("sentemb/common/folder_lock.py", "read_holder"): "a lock's holder (host, PID), shown in a refusal only",
     ("sentemb/eval/deployed.py", "cpu_name"): "/proc/cpuinfo, for the model card's machine line",
+    ("sentemb/data/negation.py", "parse_line"): "SNCSE's negation file: data, each line checked to be a list of two "
+    "strings (file:line), never configuration",
 }
 PARSERS = ("json.load", "json.loads", "yaml.safe_load", "yaml.load", "OmegaConf.load", "torch.load", "read_text")
 RULE_READERS = ("read_json", "read_yaml", "parse_yaml")  # the rule's own: a function calling them reads a file too

@@ -26,6 +26,9 @@ WARNINGS = {
     r"FSDP2-wrapped module \(FSDPSentenceEncoder\) returned a view tensor.*": "trainer=fsdp: SARCSE's embedding is a "
     "reshaped view; sentemb changes no training output in place, and the sharded gradients equal one process's "
     "(tests/test_fsdp.py)",
+    r"Found \d+ module\(s\) in eval mode at the start of training.*": "negatives=momentum: the momentum encoder runs "
+    "in eval mode on purpose (ESimCSE encodes its queue without dropout); SentembModule puts every other module in "
+    "train mode itself",
     r".*The axis name: \w+ will not be used, since it shares the same shape constraints.*": "format=onnx names the "
     "batch and sequence axes of every graph input alike; torch's exporter keeps one name per axis, as wanted",
 }

@@ -169,11 +169,12 @@ class SARCSEHead(Pooling):
         return {"embedding": z, "reconstruction": reconstruction}
 
     def auxiliary_terms(self, rows: dict[str, torch.Tensor], half: int) -> dict[str, tuple[float, torch.Tensor]]:
-        """β·L_R (first view's rows) and γ·L_R⁺ (second view's rows) of Eq. 10."""
+        """β·L_R (first view's rows) and γ·L_R⁺ (second view's rows) of Eq. 10; a soft-negative view after them
+        (SNCSE's negations) is not reconstructed."""
         per_row = rows["reconstruction"]
         return {
             "reconstruction": (self.beta, per_row[:half].mean()),
-            "reconstruction_positive": (self.gamma, per_row[half:].mean()),
+            "reconstruction_positive": (self.gamma, per_row[half : 2 * half].mean()),
         }
 
     def token_weights(self, ids: torch.Tensor) -> torch.Tensor:

@@ -42,11 +42,11 @@ class TrainingViews:
 
 
 def split_views(embedding: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """The rows of 2n or 3n embeddings (anchor, positive[, soft negative]) as the views of n sentences."""
-    if embedding.shape[0] not in (2 * n, 3 * n):
-        raise RuntimeError(f"{embedding.shape[0]} training rows for {n} sentences: expected 2n or 3n (the views)")
-    third = embedding[2 * n :] if embedding.shape[0] == 3 * n else None
-    return embedding[:n], embedding[n : 2 * n], third
+    """The rows of n sentences' views: anchor (first n), positive (next n) and, when there are 3n rows, the soft
+    negative (last n)."""
+    if embedding.shape[0] == 3 * n:
+        return embedding[:n], embedding[n : 2 * n], embedding[2 * n :]
+    return embedding[:n], embedding[n:], None
 
 
 class TrainingHooks:

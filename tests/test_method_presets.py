@@ -1,0 +1,228 @@
+"""The ESimCSE, SNCSE, HiCL and SARCSE presets (conf/experiment/) and HiCL's tuning searches (conf/hparams_search/
+hicl_table13*.yaml) compose and hold the values their papers and released scripts give (docs/methods.md).
+
+Composition only: nothing trains here (the tiny presets run through the Trainer in their own tests)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from omegaconf import DictConfig, OmegaConf
+
+from sentemb.common.metric_names import SICKR_DEV_SPEARMAN_BEST_LOGGED
+from sentemb.runs.sweep_check import check_sweep
+from tests.conftest import CONF_DIR, compose_train
+
+ANCHOR_TEMPLATE = 'This sentence : "[X]" means [MASK] .'
+POSITIVE_TEMPLATE = 'This sentence of "[X]" means [MASK] .'
+BACKBONES = {  # preset suffix: the hub name the model config loads
+    "bert_base": "bert-base-uncased",
+    "bert_large": "bert-large-uncased",
+    "roberta_base": "roberta-base",
+    "roberta_large": "roberta-large",
+}
+FP16, FP32 = "16-mixed", "32-true"
+
+
+def row(model, batch, lr, precision, pooling, *, dup=0.0, queue=None, weight=None, dropout=None, head=None):
+    return {
+        "model": model, "batch": batch, "lr": lr, "precision": precision, "pooling": pooling, "dup_rate": dup,
+        "queue_size": queue, "weight": weight, "dropout": dropout, "head": head,
+    }  # fmt: skip
+
+
+# ESimCSE's run.sh (docs/methods.md#esimcse): batch 64, lr, dup_rate, queue K (2.5 × 64; 2 × 64 for roberta-large),
+# dropout, fp16
+ESIMCSE = {
+    "bert_base": row("bert-base-uncased", 64, 3e-5, FP16, "cls", dup=0.32, queue=160, dropout=0.1),
+    "bert_large": row("bert-large-uncased", 64, 1e-5, FP16, "cls", dup=0.32, queue=160, dropout=0.1),
+    "roberta_base": row("roberta-base", 64, 1e-5, FP16, "cls", dup=0.30, queue=160, dropout=0.1),
+    "roberta_large": row("roberta-large", 64, 1e-5, FP16, "cls", dup=0.28, queue=128, dropout=0.15),
+}
+# SNCSE's train_SNCSE.sh: batch 256 base / 128 large, lr 1e-5 / 5e-6, λ 1e-3 BERT / 5e-4 RoBERTa, no fp16
+SNCSE = {
+    "bert_base": row("bert-base-uncased", 256, 1e-5, FP32, "prompt", weight=1e-3),
+    "bert_large": row("bert-large-uncased", 128, 5e-6, FP32, "prompt", weight=1e-3),
+    "roberta_base": row("roberta-base", 256, 1e-5, FP32, "prompt", weight=5e-4),
+    "roberta_large": row("roberta-large", 128, 5e-6, FP32, "prompt", weight=5e-4),
+}
+# HiCL A.3 (batch 256 base / 128 large, fp32 base / fp16 large) and A.4 (lr 1e-5 base / 5e-6 large); on ESimCSE its
+# queue keeps 2.5 × the batch (2 × for roberta-large: our reading), its dup_rate and dropout; on SNCSE its λ
+HICL = {}
+for _bb, _hub in BACKBONES.items():
+    _large = _bb.endswith("large")
+    _batch, _lr, _precision = (128, 5e-6, FP16) if _large else (256, 1e-5, FP32)
+    HICL[f"simcse_{_bb}"] = row(_hub, _batch, _lr, _precision, "hicl")
+    _esimcse = ESIMCSE[_bb]
+    _queue = _batch * _esimcse["queue_size"] // 64
+    HICL[f"esimcse_{_bb}"] = row(
+        _hub, _batch, _lr, _precision, "hicl", dup=_esimcse["dup_rate"], queue=_queue, dropout=_esimcse["dropout"]
+    )
+    HICL[f"sncse_{_bb}"] = row(_hub, _batch, _lr, _precision, "hicl", weight=SNCSE[_bb]["weight"])
+# SARCSE §3.1: RoBERTa, lr 1e-5, batch 64
+SARCSE = {bb: row(BACKBONES[bb], 64, 1e-5, FP32, "cls", head="sarcse") for bb in ("roberta_base", "roberta_large")}
+
+PRESETS = {
+    **{f"esimcse_{bb}": values for bb, values in ESIMCSE.items()},
+    **{f"sncse_{bb}": values for bb, values in SNCSE.items()},
+    **{f"hicl_{name}": values for name, values in HICL.items()},
+    **{f"sarcse_{bb}": values for bb, values in SARCSE.items()},
+}
+# each tiny preset: the base preset it runs at toy size, and the model it runs on
+TINY = {
+    "esimcse_tiny": ("esimcse_bert_base", "tiny"),
+    "sncse_tiny": ("sncse_bert_base", "tiny"),
+    "hicl_simcse_tiny": ("hicl_simcse_bert_base", "tiny"),
+    "hicl_esimcse_tiny": ("hicl_esimcse_bert_base", "tiny"),
+    "hicl_sncse_tiny": ("hicl_sncse_bert_base", "tiny"),
+    "sarcse_tiny": ("sarcse_roberta_base", "tiny-roberta"),
+}
+# what a tiny preset may change in its base preset: the model, the run's size, CPU precision, the queue's length
+TINY_CHANGES = {"task_name", "data.batch_size", "negatives.queue_size", "trainer.precision", "trainer.max_steps"}
+TINY_CHANGES |= {"eval.every_n_steps", "soft_negatives.source"}
+METHOD_PREFIXES = ("esimcse_", "sncse_", "hicl_", "sarcse_")
+# HiCL A.4: stage 1's α grid, stage 2's learning rates per method
+ALPHAS = [0.01, 0.05, 0.15]
+LR_GRIDS = {"simcse": [5e-6, 1e-5, 3e-5, 5e-5], "esimcse": [5e-6, 1e-5, 3e-5], "sncse": [5e-6, 1e-5]}
+
+
+def choice(cfg: DictConfig, group: str) -> str | None:
+    return cfg.hydra.runtime.choices.get(group)
+
+
+def flat(cfg: DictConfig) -> dict[str, object]:
+    """The composed config without hydra's node, unresolved, as {dotted key: leaf}."""
+    container = OmegaConf.to_container(cfg, resolve=False)
+    container.pop("hydra", None)
+    out: dict[str, object] = {}
+
+    def walk(node: object, prefix: str) -> None:
+        if isinstance(node, dict) and node:
+            for key, value in node.items():
+                walk(value, f"{prefix}{key}.")
+        else:
+            out[prefix[:-1]] = node
+
+    walk(container, "")
+    return out
+
+
+def test_every_method_preset_file_is_in_the_tables():
+    files = {p.stem for p in (CONF_DIR / "experiment").glob("*.yaml") if p.stem.startswith(METHOD_PREFIXES)}
+    assert files == set(PRESETS) | set(TINY)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_preset_holds_the_papers_values(name, tmp_path):
+    want = PRESETS[name]
+    cfg = compose_train([f"experiment={name}"], tmp_path)
+    assert choice(cfg, "experiment") == name and cfg.task_name == name
+    assert cfg.model.name_or_path == want["model"]
+    assert (cfg.data.batch_size, cfg.optimizer.lr) == (want["batch"], want["lr"])
+    assert cfg.trainer.precision == want["precision"]
+    assert choice(cfg, "pooling") == cfg.pooling.name == want["pooling"]
+    assert choice(cfg, "loss") == "infonce" and cfg.loss.tau == 0.05
+    assert cfg.eval.every_n_steps == 125 and cfg.trainer.max_epochs == 1
+    assert cfg.data.dup_rate == want["dup_rate"]
+    assert cfg.model.dropout == want["dropout"]
+    assert choice(cfg, "head") == want["head"]
+    if want["queue_size"] is None:
+        assert choice(cfg, "negatives") is None and cfg.get("negatives") is None
+    else:
+        assert choice(cfg, "negatives") == "momentum"
+        assert (cfg.negatives.queue_size, cfg.negatives.momentum) == (want["queue_size"], 0.995)
+        assert cfg.negatives.convention == "paper"
+    if want["weight"] is None:
+        assert choice(cfg, "soft_negatives") is None and cfg.get("soft_negatives") is None
+    else:
+        assert choice(cfg, "soft_negatives") == "sncse"
+        margin = cfg.soft_negatives
+        assert (margin.weight, margin.alpha, margin.beta) == (want["weight"], 0.1, 0.3)
+        assert cfg.soft_negatives.source == "rule" and cfg.soft_negatives.lookup_quirk is False
+        assert (cfg.pooling.template, cfg.pooling.positive_template) == (ANCHOR_TEMPLATE, POSITIVE_TEMPLATE)
+        assert cfg.pooling.mlp == "train"
+
+
+@pytest.mark.parametrize("name", sorted(n for n in PRESETS if not n.startswith("hicl_")))
+def test_non_hicl_presets_cut_at_32_tokens(name, tmp_path):
+    cfg = compose_train([f"experiment={name}"], tmp_path)
+    assert cfg.data.max_length == 32
+    if cfg.pooling.name == "prompt":  # SNCSE: the whole templated row ≤ 32 tokens
+        assert cfg.pooling.max_length == 32
+
+
+@pytest.mark.parametrize("name", sorted(n for n in PRESETS if n.startswith("hicl_")))
+def test_hicl_presets_start_from_a4(name, tmp_path):
+    cfg = compose_train([f"experiment={name}"], tmp_path)
+    assert (cfg.pooling.alpha, cfg.pooling.slice_len, cfg.data.max_length) == (0.05, 32, 512)
+    assert cfg.pooling.entailment_beta == 0.0, "HiCL, not HiCLv2"
+    assert cfg.pooling.prompt is name.startswith("hicl_sncse_"), "the prompt on every segment with SNCSE only"
+
+
+@pytest.mark.parametrize("name", sorted(SARCSE))
+def test_sarcse_presets_hold_section_3_1(name, tmp_path):
+    head = compose_train([f"experiment=sarcse_{name}"], tmp_path).head
+    assert (head.theta, head.lam, head.alpha, head.beta, head.gamma) == (0.1, 50.0, 1.0, 2.5e-4, 2.5e-4)
+    assert (head.co_t, head.co_c, head.weighting) == (500, 3, "self_adaptive")
+
+
+@pytest.mark.parametrize("name", sorted(TINY))
+def test_tiny_preset_is_its_base_preset_at_toy_size(name, tmp_path):
+    base, model = TINY[name]
+    tiny = compose_train([f"experiment={name}"], tmp_path)
+    full = compose_train([f"experiment={base}", f"model={model}"], tmp_path)
+    assert choice(tiny, "model") == model and tiny.task_name == name
+    assert (tiny.data.batch_size, tiny.trainer.precision) == (16, FP32)
+    assert 0 < tiny.trainer.max_steps <= 20 and 0 < tiny.eval.every_n_steps <= tiny.trainer.max_steps
+    for group in ("pooling", "loss", "negatives", "soft_negatives", "head"):
+        assert choice(tiny, group) == choice(full, group), group
+    if tiny.get("negatives"):
+        assert tiny.negatives.queue_size == 40, "ESimCSE's 2.5 × the batch"
+    if tiny.get("soft_negatives"):
+        assert tiny.soft_negatives.source == "rule", "offline"
+    small, large = flat(tiny), flat(full)
+    changed = {k for k in small.keys() | large.keys() if small.get(k) != large.get(k)}
+    assert changed <= TINY_CHANGES, f"{name} changes {sorted(changed - TINY_CHANGES)} of {base}"
+
+
+@pytest.mark.parametrize("name", sorted([*PRESETS, *TINY]))
+def test_every_value_of_a_method_preset_names_its_source(name):
+    path = CONF_DIR / "experiment" / f"{name}.yaml"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert lines[0] == "# @package _global_"
+    assert any(line.startswith(f"# python -m sentemb.train experiment={path.stem}") for line in lines), "a command"
+    for number, line in enumerate(lines):
+        if re.match(r"^\s+[A-Za-z_]+:\s*[^\s#]", line):  # an indented key with a value
+            commented = " # " in line or lines[number - 1].strip().startswith("#")
+            assert commented, f"{path.name}:{number + 1}: {line.strip()} has no comment naming its source"
+
+
+def test_hicl_stage_1_sweeps_alpha_on_sickr_dev(tmp_path):
+    cfg = compose_train(["experiment=hicl_sncse_bert_base", "hparams_search=hicl_table13"], tmp_path)
+    assert str(cfg.hydra.mode) == "RunMode.MULTIRUN"
+    assert dict(cfg.hydra.sweeper.params) == {"pooling.alpha": "0.01,0.05,0.15"}
+    assert cfg.eval.select == "sickr_dev" and cfg.optimized_metric == SICKR_DEV_SPEARMAN_BEST_LOGGED
+    assert cfg.optimizer.lr == 1e-5, "A.4: α is tuned at the preset's learning rate"
+    assert cfg.pooling.prompt is True, "the experiment's HiCL settings are kept"
+    assert check_sweep(cfg) == {"pooling.alpha": ALPHAS}
+
+
+@pytest.mark.parametrize("method", sorted(LR_GRIDS))
+def test_hicl_stage_2_sweeps_the_methods_learning_rates_on_sickr_dev(method, tmp_path):
+    overrides = [f"experiment=hicl_{method}_bert_large", f"hparams_search=hicl_table13_lr_{method}"]
+    cfg = compose_train([*overrides, "from_sweep=multirun/stage-1"], tmp_path)
+    assert str(cfg.hydra.mode) == "RunMode.MULTIRUN"
+    assert list(cfg.hydra.sweeper.params) == ["optimizer.lr"]
+    assert cfg.eval.select == "sickr_dev" and cfg.optimized_metric == SICKR_DEV_SPEARMAN_BEST_LOGGED
+    assert choice(cfg, "experiment") == f"hicl_{method}_bert_large" and cfg.pooling.alpha == 0.05
+    assert check_sweep(cfg) == {"optimizer.lr": LR_GRIDS[method]}
+
+
+@pytest.mark.parametrize("search", ["hicl_table13", *(f"hicl_table13_lr_{m}" for m in sorted(LR_GRIDS))])
+def test_hicl_searches_are_hicls_without_an_experiment(search, tmp_path):
+    cfg = compose_train([f"hparams_search={search}", "model=tiny"], tmp_path)
+    assert choice(cfg, "pooling") == "hicl" and cfg.pooling.name == "hicl"
+    assert check_sweep(cfg)
+    text = (CONF_DIR / "hparams_search" / f"{search}.yaml").read_text(encoding="utf-8")
+    assert "# @package _global_" in text and "python -m sentemb.train experiment=hicl_" in text, "its commands"
