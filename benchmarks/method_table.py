@@ -26,7 +26,7 @@ trainer.deterministic=warn by default (the deterministic kernels where they exis
 warning, not an error), the best checkpoint deleted after its run (`--keep-checkpoints` keeps it).
 
     python benchmarks/method_table.py [--seeds 1 2 3] [--methods simcse,hicl_simcse] [--model FOLDER]
-        [--precision 32-true] [--out benchmarks/results/method_table] [--budget-s 480] [--commit SHA]
+        [--precision 32-true] [--out benchmarks/results/method_table] [--runs-dir DIR] [--budget-s 480] [--commit SHA]
     python benchmarks/method_table.py --dry-run        # tiny random BERT, 64 lines, 3 steps, 200 STS-B pairs
 """
 
@@ -322,7 +322,9 @@ def full_report(rows: list[dict[str, Any]], records: list[dict[str, Any]], seeds
             cells += [f"{fmt(d['mean'])} ± {fmt(d['std'])}", f"[{fmt(d['t_interval'][0])}, {fmt(d['t_interval'][1])}]"]
             v = d.get("vs_simcse")
             cells.append(
-                "–" if v is None else f"{v['difference']:+.2f}, p {fmt_p(v['p'])}, p_holm {fmt_p(v['p_holm'])}"
+                "–"
+                if v is None or math.isnan(v["difference"])
+                else f"{v['difference']:+.2f}, p {fmt_p(v['p'])}, p_holm {fmt_p(v['p_holm'])}"
             )
         per_seed = ", ".join(f"{x:.3f}" for x in r["step_ratio_per_seed"])
         cells += [fmt(r["step_ms"], 1), fmt(r["iteration_ms"], 1), f"{fmt(r['step_ratio'], 3)} ({per_seed})"]
@@ -356,7 +358,11 @@ def compact_table(rows: list[dict[str, Any]]) -> list[str]:
     for r in rows:
         dev, test = r["dev"], r["test"]
         v = test.get("vs_simcse")
-        versus = "–" if v is None else f"{v['difference']:+.2f}, {fmt_p(v['p'])}, {fmt_p(v['p_holm'])}"
+        versus = (
+            "–"
+            if v is None or math.isnan(v["difference"])
+            else f"{v['difference']:+.2f}, {fmt_p(v['p'])}, {fmt_p(v['p_holm'])}"
+        )
         lines.append(
             f"| {r['method']} | {fmt(dev['mean'])} ± {fmt(dev['std'])} | {fmt(test['mean'])} ± {fmt(test['std'])} "
             f"[{fmt(test['t_interval'][0])}, {fmt(test['t_interval'][1])}] | {versus} | {fmt(r['step_ms'], 1)} | "
@@ -420,7 +426,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--skip-steps", type=int, default=None, help=f"untimed first steps (default {SKIP_STEPS})")
     parser.add_argument("--budget-s", type=float, default=None, help="start no run that would end past this")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "method_table")
-    parser.add_argument("--runs-dir", type=Path, default=None, help="each run's folder under this (default: <out>/runs)")
+    parser.add_argument("--runs-dir", type=Path, default=None, help="the runs' folders (default <out>/runs)")
     parser.add_argument("--commit", default=None, help="the code's commit, when git cannot say (no .git)")
     parser.add_argument("--keep-checkpoints", action="store_true")
     parser.add_argument("--dry-run", action="store_true", help="tiny BERT (or --model), 64 lines, 3 steps, batch 8")
@@ -511,11 +517,11 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 status = f"{record['status']} ({record['wall_s']:.0f} s)"
                 print(f"=== {method}, seed {seed}: {status}: {summary}", flush=True)
-                write_outputs(args.out, header, records, methods, args.seeds, info, commit, settings, final=False)
+                write_outputs(args.out, header, records, methods, args.seeds, info, commit, settings)
             else:
                 continue
             break
-    text = write_outputs(args.out, header, records, methods, args.seeds, info, commit, settings, final=True)
+    text = write_outputs(args.out, header, records, methods, args.seeds, info, commit, settings)
     print(f"\ntotal {time.perf_counter() - started:.0f} s; written: {args.out / 'method_table.md'}, "
           f"{args.out / 'method_table.json'}\n")  # fmt: skip
     print(text, flush=True)
@@ -525,15 +531,18 @@ def main(argv: list[str] | None = None) -> int:
 
 def write_outputs(
     out: Path, header: list[str], records: list[dict[str, Any]], methods: list[str], seeds: list[int],
-    info: dict[str, Any], commit: str, settings: dict[str, Any], final: bool,
+    info: dict[str, Any], commit: str, settings: dict[str, Any],
 ) -> str:  # fmt: skip
     """method_table.json (machine, commit, every run, every row) and method_table.md; the compact table (returned)."""
     rows = aggregate(records, methods)
-    compact = compact_table(rows)
+    planned = len(seeds) * len(methods)
+    done = f"runs: {len(records)} of {planned}" + ("" if len(records) == planned else " (the rest not run: --budget-s)")
+    compact = [done, "", *compact_table(rows)]
     report = [*header, "", *full_report(rows, records, seeds), "", *compact]
     (out / "method_table.md").write_text("\n".join(report) + "\n")
     document = {
-        "complete": final,
+        "runs_done": len(records),
+        "runs_planned": planned,
         "machine": info,
         "commit": commit,
         "seeds": seeds,

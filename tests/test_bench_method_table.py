@@ -43,6 +43,7 @@ def check_rows(document: dict, output: str, seeds: list[int]) -> None:
                 low, high = scored["bootstrap_ci"]
                 assert low <= scored["score"] <= high
         assert finite(row["step_ms"]) and row["step_ms"] > 0 and finite(row["step_ratio"]) and row["step_ratio"] > 0
+    assert (document["runs_done"], document["runs_planned"]) == (len(seeds) * 6, len(seeds) * 6)
     assert rows["simcse"]["step_ratio"] == 1.0 and rows["simcse"]["step_ratio_per_seed"] == [1.0] * len(seeds)
     # the compact markdown table is printed last, one line per method
     table = output.strip().splitlines()[-len(script.METHODS) :]

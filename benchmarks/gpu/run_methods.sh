@@ -88,21 +88,15 @@ EOF
 
 export SENTEMB_DATA=$BUNDLE/data
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=disabled TQDM_DISABLE=1
-export HF_HOME=$WORK/hf_home HF_DATASETS_CACHE=$WORK/hf_datasets
+export HF_HOME=$WORK/hf_home HF_DATASETS_CACHE=$WORK/hf_datasets PYTHONUNBUFFERED=1
 
-phase "preflight: the training path imports, the model loads in float32"
-python3 - "$WORK/minilm-fp32" <<'EOF'
-import sys
+phase "preflight: the bundled packages import from the bundle"
+python3 - <<'EOF2'
+import datasets, dill, hydra, multiprocess, omegaconf, torchdata  # noqa: E401
 
-import datasets, hydra, omegaconf, torchdata  # noqa: E401
-import sentemb.train  # noqa: F401
-from sentemb.encoders.models.backbones import pretrained_backbone
-
-model = pretrained_backbone(sys.argv[1])
-print("datasets", datasets.__version__, "hydra", hydra.__version__, "omegaconf", omegaconf.__version__,
-      "| MiniLM", type(model).__name__, next(model.parameters()).dtype, sum(p.numel() for p in model.parameters()))
-assert next(model.parameters()).dtype.is_floating_point and next(model.parameters()).dtype.itemsize == 4
-EOF
+for module in (hydra, omegaconf, datasets, torchdata, dill, multiprocess):
+    print(f"{module.__name__} {getattr(module, '__version__', '?')}: {module.__file__}")
+EOF2
 
 phase "train: methods $METHODS, seeds $SEEDS, budget $BUDGET_S s"
 status=0
