@@ -152,3 +152,16 @@ def test_without_a_kept_checkpoint_both_dev_sets_of_the_final_weights_are_scored
     out = capsys.readouterr().out
     assert f"SICK-R dev Spearman (final weights, step 4): {sickr[4]:.4f}" in out
     assert f"no ModelCheckpoint monitors {SICKR_DEV_SPEARMAN}" in out
+
+
+def test_scoring_sickr_dev_beside_stsb_dev_keeps_the_stsb_checkpoint_and_scores_it_on_sickr(tiny_overrides, tmp_path):
+    """HiCL A.4's footnote: each run's checkpoint picked on STS-B dev, its SICK-R dev score ranking the sweep."""
+    metrics = train(compose_train([*tiny_overrides, "eval.score_sickr_dev=true"], output_dir=tmp_path))
+    rows = list(csv.DictReader((tmp_path / "csv" / "version_0" / "metrics.csv").open()))
+    stsb = {int(r["step"]): float(r[DEV_SPEARMAN]) for r in rows if r.get(DEV_SPEARMAN)}
+    sickr = {int(r["step"]): float(r[SICKR_DEV_SPEARMAN]) for r in rows if r.get(SICKR_DEV_SPEARMAN)}
+    assert sorted(sickr) == sorted(stsb), "SICK-R dev is scored at every evaluation"
+    assert metrics["selected_on"] == "stsb_dev" and metrics[BEST_STEP] == max(stsb, key=stsb.get)
+    # the kept (STS-B dev) checkpoint rescored on SICK-R dev: the same weights and pairs as the logged evaluation
+    assert metrics[SICKR_DEV_SPEARMAN_BEST_RESCORED] == sickr[metrics[BEST_STEP]]
+    check_metric_name(SICKR_DEV_SPEARMAN_BEST_RESCORED)  # a sweep may rank on it (hparams_search=hicl_table13)

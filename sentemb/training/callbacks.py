@@ -50,8 +50,9 @@ def read_sickr_dev(senteval_dir: Path) -> SentencePairs:
         return load_sts_task(Path(senteval_dir), "SICKRelatedness", ("dev",))["dev"]
     except SentembConfigError as err:
         raise SentembConfigError(
-            f"eval.select=sickr_dev scores SICK-R dev, {Path(senteval_dir) / 'SICK' / SICK_FILES['dev']}: {err} "
-            "(eval.senteval_dir names the folder holding SICK/; or eval.select=stsb_dev, which reads no SICK file)"
+            f"eval.select=sickr_dev (or eval.score_sickr_dev=true) scores SICK-R dev, "
+            f"{Path(senteval_dir) / 'SICK' / SICK_FILES['dev']}: {err} (eval.senteval_dir names the folder holding "
+            "SICK/; or eval.select=stsb_dev with eval.score_sickr_dev=false, which reads no SICK file)"
         ) from None
 
 
@@ -76,18 +77,24 @@ class STSBDevEvaluation(Callback):
         test_tasks: str | Sequence[str] = ("STSBenchmark",),
         intervals: Mapping[str, Any] | None = None,
         select: str = "stsb_dev",
+        score_sickr_dev: bool = False,
     ) -> None:
         """`test_tasks` (STS-B test and any other STS task's) and `intervals` (their bootstrap, and the dev score's)
         are scored after training (`sentemb.training.trainer.report_best`); `select` names the dev set whose
-        Spearman picks the kept checkpoint (`monitor`); every file is read now."""
+        Spearman picks the kept checkpoint (`monitor`); `score_sickr_dev` scores SICK-R dev too without selecting on
+        it (HiCL A.4's footnote: the checkpoint picked on STS-B dev, the hyper-parameters on its SICK-R dev score);
+        every file is read now."""
         super().__init__()
         check_every_n_steps(every_n_steps)
         self.select = check_select(select)
         self.benchmark = STSBenchmark(Path(stsb_dir), splits=("dev",))
         self.resampling = Resampling.from_settings(intervals, "eval.intervals")
         senteval_dir = Path(senteval_dir) if senteval_dir else Path(stsb_dir).parent.parent  # <root>/STS/STSBenchmark
-        # SICK-R dev is scored only when it selects the checkpoint
-        self.sickr_dev = read_sickr_dev(senteval_dir) if self.selected is SICKR_DEV else None
+        # SICK-R dev is scored when it selects the checkpoint, or when asked beside STS-B dev
+        if not isinstance(score_sickr_dev, bool):
+            raise SentembConfigError(f"eval.score_sickr_dev={score_sickr_dev!r} must be true or false")
+        scored = self.selected is SICKR_DEV or score_sickr_dev
+        self.sickr_dev = read_sickr_dev(senteval_dir) if scored else None
         self.held_out = HeldOutTasks(Path(stsb_dir), senteval_dir, test_tasks, self.resampling)
         self.every_n_steps = every_n_steps
         self.batch_size = batch_size
