@@ -267,3 +267,49 @@ def test_ddp_with_the_queue_equals_one_process_on_the_concatenated_batch(tmp_pat
             torch.testing.assert_close(queue, single.negatives.queue, rtol=1e-5, atol=1e-5)
             for name, grad in grads.items():
                 torch.testing.assert_close(grad, expected[name], rtol=1e-5, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("option", ["grad_cache=3", "model.padding_free=false"])
+def test_grad_cache_and_padded_batches_give_the_plain_step_with_the_queue(option, tmp_path):
+    """GradCache's chunks and padded batches compose with the queue: the same loss, gradients and queue as the
+    default step (padding-free, one forward)."""
+
+    def two_steps(extra: list[str]) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+        module = module_of(["model.dropout=0.0", "data.dup_rate=0.32", *extra], tmp_path / str(len(extra)))
+        module.step_loss(tokens(module, SENTENCES[4:]))  # fills the queue
+        backward, total, _ = module.step_loss(tokens(module, SENTENCES[:4]))
+        if module.grad_cache is not None:
+            module.backward(backward)  # the loss's backward, then GradCache's replay of its chunks
+        else:
+            backward.backward()
+        grads = {n: p.grad.clone() for n, p in module.named_parameters() if p.grad is not None}
+        return total.detach(), grads, module.negatives.queue.clone()
+
+    (loss, grads, queue), (loss2, grads2, queue2) = two_steps([]), two_steps([option])
+    # other chunk and padding shapes: float32 apart by ~1e-7
+    torch.testing.assert_close(loss2, loss, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(queue2, queue, rtol=1e-5, atol=1e-6)
+    assert grads.keys() == grads2.keys()
+    for name in grads:  # the embeddings' gradients sum every token's row in another order: ~2e-6 apart on ~0.1
+        torch.testing.assert_close(grads2[name], grads[name], rtol=1e-5, atol=1e-5, msg=name)
+
+
+@pytest.mark.slow  # CLI subprocesses (make test-slow)
+def test_sigterm_after_step_3_then_the_same_command_ends_as_the_uninterrupted_esimcse_run(small_corpus, tmp_path):
+    from tests.test_preemption import KILL_AT_3, losses, record, train_command
+
+    job = ["model=tiny", "logger=csv", f"data.corpus={small_corpus}", "data.batch_size=16", "trainer.max_steps=6",
+           "eval.every_n_steps=2", "eval.at_start=false", "trainer.log_every_n_steps=1", "negatives=momentum",
+           "negatives.queue_size=40", "data.dup_rate=0.32"]  # fmt: skip
+    train_command(job, tmp_path / "full")
+    run_dir = tmp_path / "preempted"
+    train_command([*job, *KILL_AT_3], run_dir, expect=128 + 15)  # SIGTERM's shell status
+    saved = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert saved["global_step"] == 3 and saved["state_dict"]["negatives._extra_state"]["queue"].shape[0] == 40
+    train_command([*job, *KILL_AT_3], run_dir)  # the same command resumes by itself
+    assert record(run_dir)["status"] == "ok"
+    # bit-identical weights, ξ, queue, optimizer, data position and RNG: equal, not close
+    assert losses(run_dir) == losses(tmp_path / "full") and len(losses(run_dir)) == 6
+    assert (
+        record(run_dir)["metrics"]["stsb/test/spearman"] == record(tmp_path / "full")["metrics"]["stsb/test/spearman"]
+    )

@@ -79,7 +79,8 @@ def test_a_missing_or_empty_trial_file_is_refused_before_any_model_loads(content
         trial.parent.mkdir(parents=True)
         trial.write_text(content, encoding="utf-8")
     message = refused([*SICKR, f"eval.senteval_dir={senteval}"], tmp_path)
-    assert message.startswith(f"eval.select=sickr_dev scores SICK-R dev, {trial}:") and "Fix:" in message
+    prefix = f"eval.select=sickr_dev (or eval.score_sickr_dev=true) scores SICK-R dev, {trial}:"
+    assert message.startswith(prefix) and "Fix:" in message
     assert ("does not exist" if content is None else "no scored sentence pair") in message
     assert "eval.select=stsb_dev" in message
 

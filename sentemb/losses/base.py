@@ -170,21 +170,15 @@ class Objective(nn.Module):
             return LossOutput(0.0 * (z1.sum() + z2.sum()).float())
         with torch.autocast(device_type=z1.device.type, enabled=False):
             h1, h2 = normalize(z1), normalize(z2)
-            if extra is None:
-                if self.convention == "reference":
-                    return self.reference(h1, h2)
-                output = self.directional(h1, h2)
-                if self.symmetric:  # average both directions; telemetry stays that of the h → h' direction
-                    backward = self.directional(h2, h1)
-                    output = LossOutput(0.5 * (output.loss + backward.loss), output.stats)
-                return output
-            hq = normalize(extra).to(h1.dtype)  # a float32 queue with float64 views (gradient tests) joins them
+            # a float32 queue with float64 views (gradient tests) joins them; no queue: the views alone, as before
+            hq = None if extra is None else normalize(extra).to(h1.dtype)
+            candidates = h2 if hq is None else torch.cat((h2, hq))
             if self.convention == "reference":
-                return self.reference(h1, torch.cat((h2, hq)))
-            output = self.directional(h1, torch.cat((h2, hq)))
-            if self.symmetric:  # the h' anchors' candidates: the other view, then the same queue
-                backward = self.directional(h2, torch.cat((h1, hq)))
-                output = LossOutput(0.5 * (output.loss + backward.loss), output.stats)
+                return self.reference(h1, candidates)
+            output = self.directional(h1, candidates)
+            if self.symmetric:  # average both directions (the h' anchors' candidates: h, then the same queue)
+                backward = self.directional(h2, h1 if hq is None else torch.cat((h1, hq)))
+                output = LossOutput(0.5 * (output.loss + backward.loss), output.stats)  # telemetry: h → h'
         return output
 
 
