@@ -189,6 +189,7 @@ def esimcse(tiny_overrides) -> list[str]:
             "negatives.queue_size=40", "data.dup_rate=0.32"]  # fmt: skip
 
 
+@pytest.mark.slow  # three training runs (make test-slow); the state's round trip is tested above in make test
 def test_a_resumed_esimcse_run_equals_the_uninterrupted_run(esimcse, tmp_path, monkeypatch):
     import sentemb.train
 

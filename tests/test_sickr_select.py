@@ -143,6 +143,7 @@ def test_on_stsb_dev_nothing_of_sickr_is_read_scored_or_recorded(tiny_overrides,
     assert "(selected on STS-B dev: eval.select=stsb_dev)" in out
 
 
+@pytest.mark.slow  # a training run (make test-slow)
 def test_without_a_kept_checkpoint_both_dev_sets_of_the_final_weights_are_scored(tiny_overrides, tmp_path, capsys):
     metrics = train(compose_train([*tiny_overrides, *SICKR, "callbacks=none"], output_dir=tmp_path))
     rows = list(csv.DictReader((tmp_path / "csv" / "version_0" / "metrics.csv").open()))

@@ -1,4 +1,4 @@
-"""SARCSE: self-adaptive reconstruction as an auxiliary head (Wang et al. 2024, arXiv 2402.15153).
+"""SARCSE: self-adaptive reconstruction as an auxiliary head (Liu et al. 2024, arXiv 2402.15153).
 
 Token states X (special tokens removed, (T, d)) → TextCNN encoder, kernels ks ∈ {3, 4, 5} over
 the full hidden width with `co_t` channels each, ReLU, masked max over time → H_ks ∈ R^{co_t}
