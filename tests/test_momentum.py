@@ -17,6 +17,7 @@ from sentemb.training.checks import check_parts
 from sentemb.training.module import SentembModule
 from sentemb.training.momentum import MomentumQueue, ema_update, sentence_keys
 from tests.conftest import compose_train
+from tests.test_ddp_gradients import StepLoss
 from tests.test_resume import StopAfter, logged
 from tests.test_train import run
 
@@ -234,16 +235,6 @@ def _worker(rank: int, world: int, port: int, config: dict, batches: list, out: 
     dist.destroy_process_group()
 
 
-class StepLoss(torch.nn.Module):
-    def __init__(self, module: SentembModule) -> None:
-        super().__init__()
-        self.module = module
-
-    def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        backward, total, _ = self.module.step_loss(batch)
-        return backward, total
-
-
 @pytest.mark.slow  # two spawned gloo processes (make test-slow)
 def test_ddp_with_the_queue_equals_one_process_on_the_concatenated_batch(tmp_path):
     cfg = compose_train(["model=tiny", "model.dropout=0.0", "negatives=momentum", "negatives.queue_size=12"], tmp_path)
@@ -314,3 +305,11 @@ def test_sigterm_after_step_3_then_the_same_command_ends_as_the_uninterrupted_es
     assert (
         record(run_dir)["metrics"]["stsb/test/spearman"] == record(tmp_path / "full")["metrics"]["stsb/test/spearman"]
     )
+
+
+def test_a_sweep_over_losses_with_the_queue_is_refused_before_its_first_job(tmp_path):
+    """The sweep check runs the same pre-run checks on every job's config (no Hydra run folder set there)."""
+    from tests.test_entry_checks import sweep_refused
+
+    message = sweep_refused(["model=tiny", "negatives=momentum"], ["loss=infonce,barlow"], tmp_path)
+    assert "loss=barlow" in message and "no negatives' denominator" in message

@@ -103,7 +103,9 @@ def check_parts(cfg: DictConfig) -> None:
     check_streaming(cfg.data, cfg.trainer)
     check_sharding(cfg)  # trainer=fsdp: several processes, a precision FSDP2 takes
     # negatives=momentum: a loss with negatives, no FSDP
-    check_negatives({key: resolved_container(cfg.get(key)) for key in ("negatives", "loss", "adapter", "trainer")})
+    parts = {key: resolved_container(cfg.get(key)) for key in ("negatives", "loss", "adapter")}
+    # the trainer's strategy only: its other fields interpolate Hydra's run folder, unset in a sweep's check
+    check_negatives({**parts, "trainer": {"strategy": resolved_container(cfg.trainer.get("strategy"))}})
     check_soft_negatives(resolved_container(cfg.get("soft_negatives")))  # its options, and its source readable
     if cfg.get("optimized_metric"):  # a typo would otherwise surface only when the job ends
         check_metric_name(cfg.optimized_metric)
