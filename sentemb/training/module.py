@@ -141,9 +141,10 @@ class SentembModule(CheckpointContents, L.LightningModule):
         """
         views = self.training_views(batch)
         world = world_size()
-        output = self.global_loss(views, world, self.momentum_negatives(batch))
-        if self.negatives is not None and views.global_weight != 0:  # after the loss: the queue never holds this batch
-            self.enqueue_momentum_keys(batch)
+        sentences = self.global_sentence_ids(batch)  # None without negatives=momentum
+        output = self.global_loss(views, world, self.momentum_negatives(sentences))
+        if sentences is not None and views.global_weight != 0:  # after the loss: the queue never holds this batch
+            self.enqueue_momentum_keys(batch, sentences)
         if self.soft_negatives is not None:
             views.auxiliary["soft_negative"] = self.soft_negative_term(views)
         terms = [weight * value for weight, value in views.auxiliary.values()]
@@ -183,17 +184,23 @@ class SentembModule(CheckpointContents, L.LightningModule):
             z1, z2 = gather_with_grad(z1), gather_with_grad(z2)
         return self.loss(z1, z2) if negatives is None else self.loss(z1, z2, negatives=negatives)
 
-    def momentum_negatives(self, batch: dict[str, torch.Tensor]) -> torch.Tensor | None:
-        """ESimCSE's step before its loss: the EMA update of ξ (θ as it stands before this step's update), then the
-        queue as it stood before this step, without the entries of this (global) batch's sentences."""
+    def global_sentence_ids(self, batch: dict[str, torch.Tensor]) -> torch.Tensor | None:
+        """Every rank's anchors' sentence keys (`sentence_keys`, gathered once a step), or None without a queue."""
         if self.negatives is None:
             return None
-        self.negatives.update(self.encoder.backbone)
         anchors = anchor_batch(batch)
-        return self.negatives.negatives(gathered(sentence_keys(anchors["input_ids"], anchors["attention_mask"])))
+        return gathered(sentence_keys(anchors["input_ids"], anchors["attention_mask"]))
+
+    def momentum_negatives(self, sentences: torch.Tensor | None) -> torch.Tensor | None:
+        """ESimCSE's step before its loss: the EMA update of ξ (θ as it stands before this step's update), then the
+        queue as it stood before this step, without the entries of this global batch's `sentences`."""
+        if sentences is None:
+            return None
+        self.negatives.update(self.encoder.backbone)
+        return self.negatives.negatives(sentences)
 
     @torch.no_grad()
-    def enqueue_momentum_keys(self, batch: dict[str, torch.Tensor]) -> None:
+    def enqueue_momentum_keys(self, batch: dict[str, torch.Tensor], sentences: torch.Tensor) -> None:
         """ξ (eval mode, no gradient) embeds this batch's anchors through the online pooling and its train-only MLP
         (ESimCSE's q = MLP_θ(Enc_ξ(x))); every rank's keys join the queue. In GradCache's chunks when it is on."""
         anchors = anchor_batch(batch)
@@ -209,7 +216,7 @@ class SentembModule(CheckpointContents, L.LightningModule):
                 for start in range(0, rows, size)
             ]
         )
-        self.negatives.enqueue(keys, sentence_keys(anchors["input_ids"], anchors["attention_mask"]))
+        self.negatives.enqueue(keys, sentences)
 
     def soft_negative_term(self, views: TrainingViews) -> tuple[float, torch.Tensor]:
         """SNCSE's λ·L_BML on the anchor, positive and negation views (per rank, like every auxiliary term)."""

@@ -135,8 +135,9 @@ class MomentumQueue(nn.Module):
 
     @torch.no_grad()
     def enqueue(self, keys: torch.Tensor, ids: torch.Tensor) -> None:
-        """Q ← cat(Q, keys)[−K:] (new tensors: the step's loss may still hold the old queue)."""
-        keys, ids = gathered(keys.detach().float()), gathered(ids)
+        """Q ← cat(Q, keys)[−K:] (new tensors: the step's loss may still hold the old queue); `keys` this rank's,
+        gathered here; `ids` the global batch's sentence keys, already gathered (`global_sentence_ids`)."""
+        keys = gathered(keys.detach().float())
         if self.queue is None:
             self.queue, self.queue_ids = keys[-self.queue_size :], ids[-self.queue_size :]
             return
