@@ -15,7 +15,13 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from sentemb.encoders.models.decoders import is_decoder
-from sentemb.encoders.models.padding_free import enable_padding_free, padding_free_states, position_ids, worth_packing
+from sentemb.encoders.models.padding_free import (
+    enable_padding_free,
+    layer_states,
+    padding_free_states,
+    position_ids,
+    worth_packing,
+)
 from sentemb.encoders.poolings.base import Pooling, TrainingViews
 
 BACKBONE_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -55,7 +61,8 @@ class SentenceEncoder(nn.Module):
     def backbone_states(self, prepared: dict[str, torch.Tensor], backbone: nn.Module | None = None) -> torch.Tensor:
         inputs = {k: v for k, v in prepared.items() if k in BACKBONE_INPUTS}
         if self.padding_free and worth_packing(inputs["attention_mask"]):
-            return padding_free_states(self.backbone if backbone is None else backbone, inputs)
+            backbone = self.backbone if backbone is None else backbone
+            return padding_free_states(backbone, inputs, self.pooling.hidden_layers)
         return self.padded_states(inputs, backbone)
 
     def padded_states(self, inputs: dict[str, torch.Tensor], backbone: nn.Module | None = None) -> torch.Tensor:
@@ -63,7 +70,8 @@ class SentenceEncoder(nn.Module):
         backbone = self.backbone if backbone is None else backbone
         if self.explicit_positions:
             inputs = {**inputs, "position_ids": position_ids(inputs["attention_mask"], backbone).clamp(min=0)}
-        return backbone(**inputs).last_hidden_state
+        layers = self.pooling.hidden_layers  # first_last_avg, avg_top2: the mean of several layers' states
+        return layer_states(backbone(**inputs, output_hidden_states=layers is not None), layers)
 
     def training_batch(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The backbone's rows of a training step, as the pooling lays them out (`Pooling.training_batch`: both views,

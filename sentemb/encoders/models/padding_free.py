@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -157,11 +158,23 @@ def position_ids(attention_mask: torch.Tensor, backbone: PreTrainedModel) -> tor
     return within
 
 
-def padding_free_states(backbone: PreTrainedModel, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """`backbone(**batch).last_hidden_state` computed on the real tokens only; (B, L, H), zeros at padding."""
+def padding_free_states(
+    backbone: PreTrainedModel, batch: dict[str, torch.Tensor], layers: tuple[int, ...] | None = None
+) -> torch.Tensor:
+    """`backbone(**batch).last_hidden_state` computed on the real tokens only; (B, L, H), zeros at padding. `layers`:
+    the mean of those `hidden_states` instead (`layer_states`)."""
     rows = PackedRows.of(batch["attention_mask"])
     inputs = {"input_ids": rows.pack(batch["input_ids"])}
     inputs["position_ids"] = rows.pack(position_ids(batch["attention_mask"], backbone))
     if "token_type_ids" in batch:
         inputs["token_type_ids"] = rows.pack(batch["token_type_ids"])
-    return rows.unpack(backbone(**inputs, packed_rows=rows).last_hidden_state)
+    output = backbone(**inputs, packed_rows=rows, output_hidden_states=layers is not None)
+    return rows.unpack(layer_states(output, layers))
+
+
+def layer_states(output: Any, layers: tuple[int, ...] | None) -> torch.Tensor:
+    """The token states a pooling reads from a backbone's output: the last layer's, or the mean of `layers` (indices
+    into `hidden_states`: 0 the embedding output, 1 the first transformer layer, −1 the last)."""
+    if layers is None:
+        return output.last_hidden_state
+    return torch.stack([output.hidden_states[index] for index in layers]).mean(dim=0)

@@ -183,6 +183,10 @@ class Pooling(TrainingHooks, HeadHooks, ServingHooks, nn.Module):
     GradCache), `HeadHooks` (heads) and `ServingHooks` (format=onnx).
     """
 
+    # the backbone layers whose token states `forward` receives, averaged: indices into transformers' `hidden_states`
+    # (0 the embedding output, 1 the first transformer layer, -1 the last); None: the last layer's alone
+    hidden_layers: tuple[int, ...] | None = None
+
     def prepare(self, batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase) -> dict[str, torch.Tensor]:
         """The backbone's input rows for a tokenised batch (a template, segments), plus what later calls read.
         Called by `SentenceEncoder.hidden_states` (encode()) and `training_batch`; by default the batch as it is."""

@@ -98,6 +98,36 @@ class MeanPooling(Pooling):
         return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
 
 
+FIRST_LAYERS = {"layer": 1, "embeddings": 0}
+
+
+@part("pooling", "first_last_avg")
+class FirstLastAvgPooling(MeanPooling):
+    """SimCSE's post-hoc baseline `avg_first_last`: the first transformer layer's and the last layer's token states
+    averaged, then the mean over real tokens. `first=embeddings` averages the embedding layer's output with the last
+    layer instead (the form some released evaluation code has: transformers' `hidden_states[0]`)."""
+
+    def __init__(self, hidden_size: int, first: str = "layer") -> None:
+        super().__init__(hidden_size)
+        if first not in FIRST_LAYERS:
+            raise SentembConfigError(f"pooling.first={first!r}: use layer (SimCSE's) or embeddings")
+        self.first = first
+        self.hidden_layers = (FIRST_LAYERS[first], -1)
+
+    def with_head(self, head: Pooling) -> Pooling:
+        refuse_head("pooling=first_last_avg")
+
+
+@part("pooling", "avg_top2")
+class AvgTop2Pooling(MeanPooling):
+    """The last two layers' token states averaged, then the mean over real tokens (a post-hoc baseline of Table 2)."""
+
+    hidden_layers = (-2, -1)
+
+    def with_head(self, head: Pooling) -> Pooling:
+        refuse_head("pooling=avg_top2")
+
+
 @part(
     "pooling", "prompt", serves=ENCODERS, why_not="decoders have no [MASK] token (pooling=prompt_eol is their prompt)"
 )
