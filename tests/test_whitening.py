@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.eval.whitening import Whitening
@@ -51,3 +52,47 @@ BAD = [(np.zeros((1, 4)), None, "at least 2"), (np.zeros((3, 4)), 9, "dim")]
 def test_bad_fits_are_refused(vecs, dim, message):
     with pytest.raises(SentembConfigError, match=message):
         Whitening.fit(vecs, dim)
+
+
+def test_evaluate_whitens_each_task_on_its_own_sentences_or_on_a_corpus(tmp_path, data_root):
+    from scipy.stats import spearmanr
+
+    from sentemb.eval.sts import load_sts_task, pairwise_cosine
+    from sentemb.eval.suite import evaluate
+    from tests.test_sts_suite import compose_eval
+
+    base = ["model=tiny", "tasks=[STSBenchmark]", "sts_splits=[test]", "intervals.resamples=10"]
+    torch.manual_seed(0)
+    plain = evaluate(compose_eval(base), tmp_path / "plain")
+    torch.manual_seed(0)  # the tiny model's random weights: the same in evaluate and in the computation by hand
+    task = evaluate(compose_eval([*base, "whitening=task", "whitening_dim=16"]), tmp_path / "task")
+    assert task["whitening"] == {"fitted_on": "task", "dim": 16, "tasks": ["STSBenchmark"]}
+    # the same numbers by hand: the unwhitened embeddings (from the plain run's encoder, rebuilt the same way) fitted
+    # and mapped here, then the cosine Spearman of the test pairs
+    from sentemb.eval.cache import EmbeddingCache
+    from sentemb.eval.suite import load_encoder
+
+    pairs = load_sts_task(data_root / "senteval" / "downstream", "STSBenchmark", ["test"])["test"]
+    torch.manual_seed(0)
+    encoder, _, _ = load_encoder(compose_eval(base), torch.device("cpu"), None)
+    cache = EmbeddingCache(encoder, show_progress=False)
+    sentences = list(dict.fromkeys(pairs.first + pairs.second))
+    fitted = Whitening.fit(cache(sentences), 16)
+    cosine = pairwise_cosine(fitted.transform(cache(pairs.first)), fitted.transform(cache(pairs.second)))
+    expected = 100 * spearmanr(cosine, pairs.gold).statistic
+    got = task["sts"]["STSBenchmark"]["subsets"]["test"]["spearman"]
+    assert got == pytest.approx(expected, abs=1e-6)  # the same float computations; ranks of equal cosines
+    # the same weights unwhitened score otherwise: the map is applied
+    assert got != pytest.approx(plain["sts"]["STSBenchmark"]["subsets"]["test"]["spearman"], abs=1e-3)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(sentences[:300]) + "\n", encoding="utf-8")
+    on_corpus = evaluate(compose_eval([*base, f"whitening={corpus}"]), tmp_path / "corpus")
+    assert on_corpus["whitening"]["fitted_on"] == str(corpus)
+
+
+def test_a_missing_whitening_corpus_is_refused_before_any_model_loads(tmp_path, forbid_model_loading):
+    from sentemb.eval.suite import evaluate
+    from tests.test_sts_suite import compose_eval
+
+    with pytest.raises(SentembConfigError, match="whitening=.*no such file"):
+        evaluate(compose_eval(["model=tiny", "tasks=[STSBenchmark]", f"whitening={tmp_path}/none.txt"]), tmp_path)

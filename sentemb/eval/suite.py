@@ -8,6 +8,7 @@ every requested task is encoded once, through the same `encode()` training uses.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,8 @@ from sentemb.eval.sts import (
 )
 from sentemb.eval.timing import Stopwatch
 from sentemb.eval.transfer import TRANSFER_TASKS, check_mode, load_transfer_task, run_transfer_task, transfer_sentences
+from sentemb.eval.whitening import TASK as WHITEN_TASK
+from sentemb.eval.whitening import corpus_sentences, whitened_embeds
 
 TASK_GROUPS = {"sts": list(STS_TASKS), "transfer": list(TRANSFER_TASKS), "all": [*STS_TASKS, *TRANSFER_TASKS]}
 
@@ -156,6 +159,8 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
         check_mode(cfg.mode)  # before the model loads
     figure_pairs = load_sts_task(senteval_dir, "STSBenchmark", ["test"])["test"] if cfg.figure else None
     resampling = Resampling.from_settings(cfg.get("intervals"), "intervals")  # before the model loads
+    whitening = cfg.get("whitening")  # BERT-whitening of the STS tasks: null, task, or a corpus file (read now)
+    whitening_corpus = corpus_sentences(whitening) if whitening and whitening != WHITEN_TASK else []
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device)
 
     encoder, source, _ = load_encoder(cfg, device, checkpoint)
@@ -166,16 +171,20 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
             [s for subsets in sts_data.values() for pairs in subsets.values() for s in pairs.first + pairs.second]
             + [s for data in transfer_data.values() for s in transfer_sentences(data)]
             + (figure_pairs.first + figure_pairs.second if figure_pairs else [])
+            + whitening_corpus
         )
 
     results: dict[str, Any] = {"source": source, "tasks": tasks, "sentences_encoded": len(cache)}
     results["intervals"] = resampling.as_dict()  # the STS intervals' and the transfer test sets' bootstrap
+    embeds = whitened_embeds(whitening, cfg.get("whitening_dim"), sts_data, cache, whitening_corpus)
+    if whitening:
+        results["whitening"] = {"fitted_on": whitening, "dim": cfg.get("whitening_dim"), "tasks": sorted(embeds)}
     if sts_data:
-        results |= score_sts(sts_data, cache, resampling, clock)
+        results |= score_sts(sts_data, embeds, resampling, clock)
         write_similarities(output_dir / SIMILARITIES_NAME, sts_data, results.pop("similarities"))
     if cfg.align_uniform_split in sts_data.get("STSBenchmark", {}):
-        pairs = sts_data["STSBenchmark"][cfg.align_uniform_split]
-        results["alignment_uniformity"] = {"split": cfg.align_uniform_split, **alignment_uniformity(pairs, cache)}
+        pairs, embed = sts_data["STSBenchmark"][cfg.align_uniform_split], embeds["STSBenchmark"]
+        results["alignment_uniformity"] = {"split": cfg.align_uniform_split, **alignment_uniformity(pairs, embed)}
 
     if transfer_data:
         results["transfer_mode"] = cfg.mode
@@ -201,12 +210,16 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
 
 
 def score_sts(
-    sts_data: dict[str, dict[str, SentencePairs]], embed: Embed, resampling: Resampling, clock: Stopwatch
+    sts_data: dict[str, dict[str, SentencePairs]],
+    embed: Embed | Mapping[str, Embed],
+    resampling: Resampling,
+    clock: Stopwatch,
 ) -> dict[str, Any]:
     """Each task's scores (`sts`), the table (`sts_table`) with its intervals (`sts_table_intervals`) and the cosines
-    (`similarities`, for similarities.npz)."""
+    (`similarities`, for similarities.npz); `embed` one for every task, or each task's own (a whitening per task)."""
+    embeds = embed if isinstance(embed, Mapping) else dict.fromkeys(sts_data, embed)
     with clock("sts_scores"):
-        similarities = {task: sts_similarities(subsets, embed) for task, subsets in sts_data.items()}
+        similarities = {task: sts_similarities(subsets, embeds[task]) for task, subsets in sts_data.items()}
         sts = {task: score_similarities(subsets, similarities[task]) for task, subsets in sts_data.items()}
     with clock("intervals"):
         for task, subsets in sts_data.items():

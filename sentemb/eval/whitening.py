@@ -11,11 +11,15 @@ largest (numerics: no division by ~0), which leaves every well-conditioned corpu
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.data.corpus import decoded
+from sentemb.eval.sts import SentencePairs
 
 FLOOR = 1e-12  # relative floor of a variance before S^{-1/2}
 
@@ -46,3 +50,58 @@ class Whitening:
         """x̃ = (x − μ) W, in float64 then back to the input's float type."""
         x = np.asarray(embeddings)
         return ((x.astype(np.float64) - self.mean) @ self.matrix).astype(x.dtype, copy=False)
+
+
+TASK = "task"  # whitening=task: each STS task's map fitted on that task's own sentences
+
+
+class WhitenedEmbed:
+    """An `Embed` (sentences → embeddings) followed by a fitted whitening."""
+
+    def __init__(self, embed: Callable[[list[str]], np.ndarray], whitening: Whitening) -> None:
+        self.embed, self.whitening = embed, whitening
+
+    def __call__(self, sentences: list[str]) -> np.ndarray:
+        return self.whitening.transform(self.embed(sentences))
+
+
+def corpus_sentences(path: str | Path, key: str = "whitening") -> list[str]:
+    """The non-blank lines of a corpus to fit a whitening on (one sentence per line, UTF-8): data, never config."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise SentembConfigError(
+            f"{key}={path}: no such file. Fix: {key}=task (each STS task's own sentences) or {key}=<a text file "
+            "with one sentence per line>, e.g. the wiki sample"
+        )
+    with path.open("rb") as handle:
+        sentences = [
+            text.strip() for number, raw in enumerate(handle, 1) if (text := decoded(raw, path, number)).strip()
+        ]
+    if len(sentences) < 2:
+        raise SentembConfigError(f"{key}={path}: {len(sentences)} sentence(s); a whitening needs at least 2")
+    return sentences
+
+
+def task_sentences(subsets: Mapping[str, SentencePairs]) -> list[str]:
+    """Every distinct sentence of an STS task's scored pairs (all its subsets or splits)."""
+    return list(dict.fromkeys(s for pairs in subsets.values() for s in pairs.first + pairs.second))
+
+
+def whitened_embeds(
+    setting: str | None,
+    dim: int | None,
+    sts_data: Mapping[str, Mapping[str, SentencePairs]],
+    embed: Callable[[list[str]], np.ndarray],
+    corpus: list[str] | None = None,
+) -> dict[str, Callable[[list[str]], np.ndarray]]:
+    """Each STS task's embed: `embed` itself (no whitening), whitened by a map fitted on `corpus` (whitening=<file>),
+    or by one fitted on the task's own sentences (whitening=task)."""
+    if not setting:
+        return {task: embed for task in sts_data}
+    if setting == TASK:
+        return {
+            task: WhitenedEmbed(embed, Whitening.fit(embed(task_sentences(subsets)), dim, f"whitening ({task})"))
+            for task, subsets in sts_data.items()
+        }
+    shared = Whitening.fit(embed(corpus or []), dim, f"whitening={setting}")
+    return {task: WhitenedEmbed(embed, shared) for task in sts_data}
