@@ -25,6 +25,7 @@ from sentemb.encoders.checkpoint import (
     read_checkpoint,
 )
 from sentemb.encoders.encoder import SentenceEncoder
+from sentemb.encoders.heads.diffcse import discriminator_start
 from sentemb.encoders.models.adapters import (
     base_fingerprint,
     base_model,
@@ -114,6 +115,8 @@ def build_encoder(
         check_attention_direction(backbone, settings.bidirectional)
     if settings.init_from:
         load_initial_weights(backbone, settings.raw)
+    # DiffCSE's discriminator starts from the pretrained weights, whole and trainable (no freezing, no adapter)
+    extra: dict[str, Any] = {"backbone": discriminator_start(backbone)} if config.needs_backbone_copy else {}
     if settings.trainable_layers is not None:
         freeze_all_but_top_layers(backbone, settings.trainable_layers)
     if settings.gradient_checkpointing:  # transformers' own; torch's checkpoint replays the dropout masks
@@ -131,7 +134,7 @@ def build_encoder(
     size = base_model(backbone).config.hidden_size
     pooler = config.pooling.build(hidden_size=size)
     if config.head is not None:
-        extra = {"lm_head": lm_head} if config.needs_lm_head else {}
+        extra |= {"lm_head": lm_head} if config.needs_lm_head else {}
         pooler = attach_head(
             pooler, config.head.build(hidden_size=size, special_ids=tokenizer.all_special_ids, **extra)
         )

@@ -28,6 +28,7 @@ from sentemb.encoders.models.decoders import warn_without_dropout
 from sentemb.encoders.part_configs import EncoderConfig, checked_part
 from sentemb.training.callbacks import check_every_n_steps
 from sentemb.training.checkpoints import check_checkpoint_path
+from sentemb.training.dclr import DCLRNegatives  # noqa: F401  (registers negatives=dclr for check_negatives)
 from sentemb.training.grad_cache import check_grad_cache
 from sentemb.training.momentum import check_negatives
 from sentemb.training.sharding import check_sharding, devices_asked
@@ -90,7 +91,10 @@ def check_parts(cfg: DictConfig) -> None:
     toy = TOY_SIZE * heads if isinstance(heads, int) and not isinstance(heads, bool) and heads > 0 else TOY_SIZE
     pooling = parts.pooling.build(hidden_size=toy)  # template, MLP options
     if parts.head is not None:  # the head's own options, then whether the pooling accepts it
-        attach_head(pooling, parts.head.build(hidden_size=toy, special_ids=[]))
+        head = parts.head.build(hidden_size=toy, special_ids=[])
+        attach_head(pooling, head)
+        if hasattr(head, "check_sources"):  # a model the head loads at fit start (DiffCSE's generator) is there
+            head.check_sources()
     if parts.model.decoder and (parts.head is None or parts.head.options.get("contrastive", True)):
         warn_without_dropout(parts.model.raw)  # MNTP alone trains without dropout on purpose
     check_grad_cache(cfg.get("grad_cache"), cfg.data.batch_size)
@@ -102,7 +106,7 @@ def check_parts(cfg: DictConfig) -> None:
         check_seed(cfg.data.seed, "data.seed")
     check_streaming(cfg.data, cfg.trainer)
     check_sharding(cfg)  # trainer=fsdp: several processes, a precision FSDP2 takes
-    # negatives=momentum: a loss with negatives, no FSDP
+    # negatives=momentum, negatives=dclr: the part's own checks (a loss with negatives, no FSDP, ...)
     parts = {key: resolved_container(cfg.get(key)) for key in ("negatives", "loss", "adapter")}
     # the trainer's strategy only: its other fields interpolate Hydra's run folder, unset in a sweep's check
     check_negatives({**parts, "trainer": {"strategy": resolved_container(cfg.trainer.get("strategy"))}})
