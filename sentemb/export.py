@@ -14,22 +14,30 @@ A checkpoint trained with a LoRA adapter (`adapter=lora`) exports with the adapt
 base weights (peft's merge_and_unload); `adapter_only=true` writes peft's adapter folder instead (the
 adapter, the tokenizer, sentemb's pooling and the base model it needs: `st_modules.load_adapter_folder`).
 A head that only trains (MNTP, around its pooling) is left out: the folder embeds with its pooling.
+`whitening=<corpus file>` fits BERT-whitening on the exported encoder's embeddings of the corpus and ends the
+folder with sentence-transformers' own Dense module computing (x − μ)W (and format=onnx's graph with the same map),
+its fit recorded in `sentemb_whitening.json` and the card (docs/export.md#whitening).
 The folder's README.md is a model card: a name unique to the training run, the training config,
 the STS table (from `results.json` beside the checkpoint, or `evaluate=true`) and the commands.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import shlex
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import hydra
+import numpy as np
 import torch
 import yaml
 from omegaconf import DictConfig, OmegaConf
@@ -54,7 +62,9 @@ from sentemb.encoders.serving.onnx_graph import check_graph_parts, write_onnx_fo
 from sentemb.eval.deployed import ArtefactCheck, artefact_table
 from sentemb.eval.report import markdown_report
 from sentemb.eval.suite import RESULTS_SHAPE, evaluate, load_encoder, served_checkpoint
-from sentemb.st_modules import FolderConfig, SentembEncoder, folder_model, save_sentemb_parts
+from sentemb.eval.whitening import FLOOR, Whitening, corpus_sentences
+from sentemb.eval.whitening import TASK as WHITEN_TASK
+from sentemb.st_modules import WHITENING, FolderConfig, SentembEncoder, folder_model, save_sentemb_parts
 
 
 def sentence_transformer(
@@ -345,12 +355,13 @@ def locked_export(cfg: DictConfig, out: Path, lock: FolderLock) -> tuple[str, st
     if any(path.name != LOCK_NAME for path in out.iterdir()):
         raise SentembConfigError(f"out={out} is not empty: nothing is overwritten. Fix: pass a new folder")
     lock.claim()  # a second export into out= is refused naming this process
+    corpus = check_whitening(cfg)  # whitening=<file>: read, counted and hashed before any model is built
     checkpoint = served_checkpoint(cfg)  # read and checked once, before any model is built
     if cfg.get("adapter_only"):
         check_adapter_only(cfg, checkpoint)
     artefact_check = check_format(cfg, checkpoint)  # format=onnx: its options, pooling and STS-B files
     try:
-        return write_export(cfg, out, checkpoint, artefact_check)
+        return write_export(cfg, out, checkpoint, artefact_check, corpus)
     except BaseException:  # out was new or empty: what a failed export wrote in it goes, so the command can rerun
         for path in out.iterdir():
             if path.name != LOCK_NAME:  # the lock file goes last, when the lock is let go
@@ -359,7 +370,11 @@ def locked_export(cfg: DictConfig, out: Path, lock: FolderLock) -> tuple[str, st
 
 
 def write_export(
-    cfg: DictConfig, out: Path, checkpoint: dict[str, Any] | None, artefact_check: ArtefactCheck | None
+    cfg: DictConfig,
+    out: Path,
+    checkpoint: dict[str, Any] | None,
+    artefact_check: ArtefactCheck | None,
+    corpus: WhiteningCorpus | None = None,
 ) -> tuple[str, str]:
     """The checked export written into `out`; (the model's name, what was written)."""
     encoder, source, hparams = load_encoder(cfg, torch.device("cpu"), checkpoint)
@@ -369,31 +384,236 @@ def write_export(
     commands = [*training_command(source.get("checkpoint")), "python -m sentemb.export " + " ".join(sys.argv[1:])]
     results_path = beside_results(source.get("checkpoint"))
     results = read_json(results_path, RESULTS_SHAPE) if results_path else None  # shown in the card: data only
-    if cfg.evaluate:
+    encoder, head = inference_parts(encoder.eval(), source.get("head"))
+    if is_adapted(encoder.backbone) and not cfg.get("adapter_only"):  # the adapter's update added into the base
+        encoder.backbone = merged(encoder.backbone)  # weights: a plain model
+    # fitted on the encoder as exported, before evaluate=true's minutes (its dimension checks come first)
+    whitening = fitted_whitening(encoder, corpus) if corpus else None
+    if cfg.evaluate:  # whitening= and whitening_dim= pass on: the table scores the whitened embeddings
         defaults = OmegaConf.load(CONF_DIR / "eval.yaml")  # the evaluation's own settings
         eval_cfg = OmegaConf.merge({k: v for k, v in defaults.items() if k not in ("defaults", "hydra")}, cfg)
         results = evaluate(eval_cfg, out / "eval")
         target = f"checkpoint={source['checkpoint']}" if source.get("checkpoint") else "model=... pooling=..."
-        commands.append(f"python -m sentemb.evaluate {target} tasks=sts")
-    encoder, head = inference_parts(encoder.eval(), source.get("head"))
+        commands.append(f"python -m sentemb.evaluate {target} tasks=sts" + evaluate_whitening(cfg))
     if cfg.get("adapter_only"):
         write_adapter_folder(encoder, source, head, checkpoint["base_model"], out)
         usage, library, written = adapter_usage(source, checkpoint["base_model"]), "peft", "LoRA adapter folder"
     else:
-        if is_adapted(encoder.backbone):  # the adapter's update added into the base weights: a plain model
-            encoder.backbone = merged(encoder.backbone)
         model = sentence_transformer(encoder, source["model"], source["pooling"], head)
+        dense = whitening_module(whitening) if whitening else None
+        if dense is not None:
+            model, record = with_whitening(model, dense, corpus, whitening)
         model.save(str(out), model_name=name)
         custom = any(type(module).__module__ == "sentemb.st_modules" for module in model)
         usage, library, written = folder_usage(source, custom), "sentence-transformers", "sentence-transformers folder"
+        if dense is not None:
+            write_whitening_record(out, record)
+            usage += whitening_section(record, scored=bool(cfg.evaluate), table=results is not None)
+            written += f" whitened ({record['input_dim']} -> {record['dim']} dimensions)"
         if cfg.get("format") == "onnx":
+            linear = dense.linear if dense is not None else None
             usage += onnx_section(
-                encoder, out, cfg.export.quantize, custom, artefact_check, short("pooling", source["pooling"])
+                encoder, out, cfg.export.quantize, custom, artefact_check, short("pooling", source["pooling"]), linear
             )
             written += " with its ONNX graph"
     (out / "README.md").write_text(model_card(name, source, results, commands, usage, library))
     readable_by_all(out)
     return name, written
+
+
+@dataclass(frozen=True)
+class WhiteningCorpus:
+    """whitening=<file>: its sentences (non-blank lines), how many are distinct, the file's sha256 and whitening_dim,
+    read and checked before any model loads."""
+
+    path: Path
+    sentences: list[str]
+    distinct: int
+    sha256: str
+    dim: int | None
+
+
+WHITENING_FIX = (
+    "Fix: whitening=<a text file, one sentence per line> (e.g. the wiki sample, wiki/wiki1m_head.txt under the data "
+    "folder), or drop whitening="
+)
+
+
+def check_whitening(cfg: DictConfig) -> WhiteningCorpus | None:
+    """whitening= and whitening_dim=, and the corpus file (read, counted, hashed), before any model loads; None: no
+    whitening. The fit needs 2 sentences at least (a covariance) and, to keep k directions each with a variance,
+    k + 1 distinct ones (n embeddings span n - 1 directions about their mean): with whitening_dim=k that is checked
+    here, with all D directions once the encoder gives D (`fitted_whitening`)."""
+    setting, dim = cfg.get("whitening"), cfg.get("whitening_dim")
+    if not setting:
+        if dim is not None:
+            raise SentembConfigError(
+                f"whitening_dim={dim} without whitening=: there is no whitening to keep directions of. Fix: add "
+                "whitening=<a text file, one sentence per line>, or drop whitening_dim="
+            )
+        return None
+    if setting == WHITEN_TASK:
+        raise SentembConfigError(
+            "whitening=task fits one map per STS task on that task's own sentences, an evaluation protocol "
+            "(python -m sentemb.evaluate ... whitening=task); an exported model embeds any sentence with one map, "
+            f"fitted before it ships. {WHITENING_FIX}"
+        )
+    if cfg.get("adapter_only"):
+        raise SentembConfigError(
+            "whitening= with adapter_only=true: peft's adapter folder has no sentence-transformers modules to end with "
+            "the whitening. Fix: drop adapter_only=true (the merged model takes it), or drop whitening="
+        )
+    if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int) or dim < 1):
+        raise SentembConfigError(
+            f"whitening_dim={dim!r}: the number of directions of largest variance to keep, an integer from 1 to the "
+            "embedding's size; null keeps all"
+        )
+    path = Path(str(setting)).expanduser()
+    if not path.is_file():
+        raise SentembConfigError(f"whitening={setting}: no such file. {WHITENING_FIX}")
+    sentences = corpus_sentences(path)  # non-blank lines, UTF-8 checked by line; fewer than 2 refused there
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    corpus = WhiteningCorpus(path, sentences, len(set(sentences)), digest.hexdigest(), dim)
+    if dim is not None:
+        check_rank(corpus, dim, f"whitening_dim={dim}")
+    return corpus
+
+
+def check_rank(corpus: WhiteningCorpus, keep: int, which: str) -> None:
+    """Keeping `keep` directions needs `keep` + 1 distinct sentences (n embeddings span n - 1 directions)."""
+    if corpus.distinct >= keep + 1:
+        return
+    smaller = f", or whitening_dim=<at most {corpus.distinct - 1}>" if corpus.distinct > 1 else ""
+    raise SentembConfigError(
+        f"whitening={corpus.path}: {corpus.distinct} distinct sentences, and {which} keeps {keep} directions, which "
+        f"needs at least {keep + 1}: the embeddings of n sentences vary in n - 1 directions at most, the others have "
+        f"no variance to divide by (evaluate's fit floors them at {FLOOR:g} x the largest; a shipped model would "
+        f"scale its noise up by ~1e6 there). Fix: a corpus of at least {keep + 1} distinct sentences{smaller}"
+    )
+
+
+# a kept direction's variance below this fraction of the largest is refused at export: its standard deviation is under
+# 1e-4 of the largest one's, so float32 embeddings (~7 significant digits) hold it only to a few digits, and whitening
+# scales that rounding noise up to unit variance, differently in torch and ONNX Runtime (measured: tiny BERT's zero-
+# variance LayerNorm direction comes out at ~1e-10, MiniLM's genuine directions at >= 1e-4)
+NOISE_FLOOR = 1e-8
+
+
+def fitted_whitening(encoder: SentenceEncoder, corpus: WhiteningCorpus) -> Whitening:
+    """BERT-whitening fitted on the encoder's float32 embeddings of the corpus; refused (before the corpus is
+    embedded) where whitening_dim exceeds the embedding's size D or, keeping all D, the corpus has fewer than D + 1
+    distinct sentences, and (after) where the embeddings have no variance in a kept direction."""
+    size = int(encoder.encode(corpus.sentences[:1]).shape[1])
+    if corpus.dim is not None and corpus.dim > size:
+        raise SentembConfigError(
+            f"whitening_dim={corpus.dim}: more than the embedding's {size} dimensions. Fix: whitening_dim from 1 to "
+            f"{size}, or null (all {size})"
+        )
+    keep = corpus.dim or size
+    if corpus.dim is None:
+        check_rank(corpus, size, f"whitening_dim=null (all of the embedding's {size})")
+    whitening = Whitening.fit(encoder.encode(corpus.sentences), corpus.dim, f"whitening={corpus.path}")
+    variances = whitening.variances()
+    flat = int((variances < NOISE_FLOOR * variances[0]).sum()) if np.isfinite(variances).all() else keep
+    if flat or not (np.isfinite(whitening.matrix).all() and np.isfinite(whitening.mean).all()):
+        raise SentembConfigError(
+            f"whitening={corpus.path}: the encoder's embeddings of its {corpus.distinct} distinct sentences have "
+            f"(almost) no variance in {flat} of the {keep} directions kept (under {NOISE_FLOOR:g} x the largest: "
+            "float32 rounding noise, which whitening would scale up to unit variance; a final LayerNorm, as in "
+            "BERT, leaves one such direction). Fix: "
+            f"whitening_dim=<at most {max(keep - flat, 1)}>, or a corpus of more varied sentences"
+        )
+    return whitening
+
+
+def whitening_module(whitening: Whitening) -> Any:
+    """sentence-transformers' own Dense module computing y = (x − μ)W as x Wᵀ + (−μW) (float32, no activation):
+    loadable with `SentenceTransformer(folder)` alone, no sentemb, no trust_remote_code."""
+    from sentence_transformers.base.modules.dense import Dense
+
+    weight, bias = whitening.affine(np.float32)
+    into, out = weight.shape[1], weight.shape[0]
+    return Dense(into, out, True, torch.nn.Identity(), torch.from_numpy(weight), torch.from_numpy(bias))
+
+
+def with_whitening(model: Any, dense: Any, corpus: WhiteningCorpus, whitening: Whitening) -> tuple[Any, dict]:
+    """The SentenceTransformer with the whitening module after the pooling (before a Normalize module, were there
+    one: whitening acts on the raw pooled vector), and the record of its fit (`sentemb_whitening.json`)."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules.normalize import Normalize
+
+    modules = list(model)
+    at = len(modules)
+    while at > 0 and isinstance(modules[at - 1], Normalize):
+        at -= 1
+    modules.insert(at, dense)
+    record = {
+        "method": "BERT-whitening (Su et al. 2021): y = (x - mean) W, as the Dense module's y = x weight^T + bias "
+        "with weight = W^T and bias = -mean W",
+        "module": f"{at}_{type(dense).__name__}",  # sentence-transformers' folder name for module `at`
+        "input_dim": int(whitening.matrix.shape[0]),
+        "dim": int(whitening.matrix.shape[1]),
+        "whitening_dim": corpus.dim,
+        "corpus": corpus.path.name,
+        "corpus_sha256": corpus.sha256,
+        "sentences": len(corpus.sentences),
+        "distinct_sentences": corpus.distinct,
+        "fitted": datetime.now(UTC).isoformat(timespec="seconds"),
+        "embeddings": "the exported encoder's, float32; mean and W fitted in float64, stored in float32",
+    }
+    return SentenceTransformer(modules=modules, device="cpu"), record
+
+
+def write_whitening_record(out: Path, record: dict[str, Any]) -> None:
+    """sentemb_whitening.json, once the folder is saved (its module's folder must be the one the record names)."""
+    if not (out / record["module"] / "config.json").is_file():
+        raise RuntimeError(f"{out}: sentence-transformers saved the whitening module elsewhere than {record['module']}")
+    (out / WHITENING).write_text(json.dumps(record, indent=2) + "\n")
+
+
+def whitening_section(record: dict[str, Any], scored: bool, table: bool) -> list[str]:
+    """The model card's lines about the whitening module."""
+    whose = (
+        "The STS table scores the whitened embeddings (evaluate=true, with the same whitening= and whitening_dim=)."
+        if scored
+        else "The STS table above scored the encoder before whitening; `evaluate=true` scores the whitened one."
+    )
+    return [
+        "",
+        "## Whitening",
+        "",
+        f"The last module, `{record['module']}` (sentence-transformers' `Dense`: weight Wᵀ, bias −μW, no "
+        f"activation), whitens the pooled embedding: y = (x − μ)W, {record['input_dim']} → {record['dim']} "
+        "dimensions (BERT-whitening, Su et al. 2021). It was fitted by `sentemb.export` on this encoder's float32 "
+        f"embeddings of `{record['corpus']}` ({record['sentences']} sentences, {record['distinct_sentences']} "
+        f"distinct; sha256 `{record['corpus_sha256']}`) on {record['fitted']}; `{WHITENING}` records the fit. "
+        "Embeddings are not normalised (the cosine is the similarity); a Normalize module after it changes no "
+        "cosine.",
+        *(["", whose] if table or scored else []),
+    ]
+
+
+def evaluate_whitening(cfg: DictConfig) -> str:
+    """The whitening overrides of the card's evaluate command."""
+    if not cfg.get("whitening"):
+        return ""
+    dim = cfg.get("whitening_dim")
+    return f" whitening={cfg.whitening}" + (f" whitening_dim={dim}" if dim is not None else "")
+
+
+class WhitenedEncoder:
+    """`encoder.encode` followed by the whitening module's Linear: the torch reference of a whitened ONNX graph."""
+
+    def __init__(self, encoder: SentenceEncoder, linear: torch.nn.Linear) -> None:
+        self.encoder, self.linear = encoder, linear
+
+    def encode(self, sentences: list[str], batch_size: int = 128, **kwargs: Any) -> np.ndarray:
+        embeddings = torch.from_numpy(self.encoder.encode(sentences, batch_size=batch_size, **kwargs))
+        with torch.no_grad():
+            return self.linear(embeddings).numpy()
 
 
 FORMATS = ("sentence-transformers", "onnx")
@@ -426,11 +646,18 @@ def check_format(cfg: DictConfig, checkpoint: dict[str, Any] | None) -> Artefact
 
 
 def onnx_section(
-    encoder: SentenceEncoder, out: Path, quantize: str | None, custom: bool, check: ArtefactCheck | None, pooling: str
+    encoder: SentenceEncoder,
+    out: Path,
+    quantize: str | None,
+    custom: bool,
+    check: ArtefactCheck | None,
+    pooling: str,
+    whitening: torch.nn.Linear | None = None,
 ) -> list[str]:
     """Write the ONNX graph(s), the loader and its recipe into `out`; the model card's lines about them. The encoder
-    is made float32 (the graph's precision, and the reference the artefacts are measured against)."""
-    recipe = write_onnx_folder(encoder, out, quantize)
+    is made float32 (the graph's precision, and the reference the artefacts are measured against); `whitening`, the
+    whitening Dense module's Linear, is the graph's last op and part of the reference."""
+    recipe = write_onnx_folder(encoder, out, quantize, whitening)
     graphs, rows = recipe["graphs"], RECIPE_WORDS[recipe["rows"]["kind"]]
     lines = [
         "",
@@ -439,6 +666,11 @@ def onnx_section(
         f"`{graphs['fp32']}` maps token ids to the sentence embedding (output `sentence_embedding`) with the "
         f"{pooling} pooling inside the graph"
         + (f"; `{graphs['int8']}` is its int8 form (ONNX Runtime's dynamic quantisation)." if quantize else ".")
+        + (
+            " The whitening is the graph's last op (the folder's Dense weights; float32 in every graph)."
+            if whitening is not None
+            else ""
+        )
         + " `sentemb_onnx.py` embeds with it and needs only numpy, onnxruntime and tokenizers (no torch, no sentemb):",
         "",
         "```python",
@@ -461,7 +693,8 @@ def onnx_section(
     if check is not None:
         files = {"torch": "model.safetensors", **{f"onnx {k}": v for k, v in graphs.items()}}
         artefacts = {f"onnx {k}": OnnxEncoder(out, file=v) for k, v in graphs.items()}
-        lines += ["", "### Measured", "", *artefact_table(check.measure(encoder, artefacts), files, out)]
+        reference = encoder if whitening is None else WhitenedEncoder(encoder, whitening)
+        lines += ["", "### Measured", "", *artefact_table(check.measure(reference, artefacts), files, out)]
     return lines
 
 

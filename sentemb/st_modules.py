@@ -246,16 +246,36 @@ def adapter_config(path: Path) -> Any:
 MODULES = "modules.json"
 OWN_MODULE = f"{__name__}.SentembEncoder"  # the one module outside sentence-transformers an exported folder names
 MODULES_SHAPE = Shape(keys={"": ("idx", "name", "path", "type", "kwargs")})
+# an exported folder's BERT-whitening (export whitening=<corpus>): the record of its fit and the path of its module,
+# a sentence-transformers Dense (weight Wᵀ, bias −μW, identity activation) after the pooling
+WHITENING = "sentemb_whitening.json"
+WHITENING_KEYS = (
+    "method", "module", "input_dim", "dim", "whitening_dim", "corpus", "corpus_sha256", "sentences",
+    "distinct_sentences", "fitted", "embeddings",
+)  # fmt: skip
+WHITENING_SHAPE = Shape(keys={"": WHITENING_KEYS})
+# a Dense module's config.json (sentence-transformers' config_keys) and what sentemb's Dense modules apply after
+# their Linear: Tanh (SimCSE's MLP), nothing (the MLP with mlp_activation=none, the whitening)
+DENSE_SHAPE = Shape(
+    keys={"": ("in_features", "out_features", "bias", "activation_function", "module_input_name",
+               "module_output_name", "use_residual")}
+)  # fmt: skip
+IDENTITY = "torch.nn.modules.linear.Identity"
+DENSE_ACTIVATIONS = (IDENTITY, "torch.nn.modules.activation.Tanh")
+DENSE_WEIGHTS = "model.safetensors"
 
 
-def checked_modules(folder: Path) -> bool:
+def checked_modules(folder: Path, entries: list[dict[str, Any]] | None = None) -> bool:
     """An exported folder's modules.json names sentence-transformers' own modules and sentemb's `SentembEncoder`
     only, each in a path inside the folder; refused otherwise (sentence-transformers with `trust_remote_code=True`
-    would import any module it names). True when it names sentemb's module (which needs `trust_remote_code`)."""
+    would import any module it names). Each Dense module's config and safetensors weights are checked (shapes,
+    finite values), and a whitening's record (`sentemb_whitening.json`) against its module. True when it names
+    sentemb's module (which needs `trust_remote_code`); `entries`, if given, receives modules.json's checked list."""
     path = folder / MODULES
     modules = read_json(path, fix=REEXPORT)
     if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
         raise SentembConfigError(f"{path}: expected a list of modules ({{idx, name, path, type}}). {REEXPORT}")
+    dense: dict[str, dict[str, Any]] = {}  # a Dense module's path → its checked config
     for module in modules:
         checked(module, path, MODULES_SHAPE, REEXPORT)
         kind, where = module.get("type"), str(module.get("path", ""))
@@ -266,24 +286,110 @@ def checked_modules(folder: Path) -> bool:
             )
         if Path(where).is_absolute() or not (folder / where).resolve().is_relative_to(folder.resolve()):
             raise SentembConfigError(f"{path}: module path {where!r} lies outside the folder. {REEXPORT}")
-    custom = any(m["type"] == OWN_MODULE for m in modules)
-    if custom and [(m["type"], m.get("path", "")) for m in modules] != [(OWN_MODULE, "")]:
+        if kind.rsplit(".", 1)[-1] == "Dense":
+            config_path = folder / where / "config.json"
+            dense[where] = check_dense(folder / where, config_path, read_json(config_path, DENSE_SHAPE, REEXPORT))
+    record_path = folder / WHITENING
+    whitening = read_json(record_path, WHITENING_SHAPE, REEXPORT) if record_path.is_file() else None
+    if whitening is not None:
+        check_whitening(record_path, whitening, modules, dense)
+    listed = [(m["type"], m.get("path", "")) for m in modules]
+    if any(kind == OWN_MODULE for kind, _ in listed):
+        # sentemb's module first, alone in the root; after it only the whitening's Dense that its record names
+        after = [where for _, where in listed[1:]]
+        if listed[0] != (OWN_MODULE, "") or len(after) > 1 or (after and after[0] != (whitening or {}).get("module")):
+            raise SentembConfigError(
+                f"{path}: sentemb writes {OWN_MODULE} as a folder's only module, in its root (followed only by the "
+                f"whitening module its {WHITENING} names); this one lists {[m['type'] for m in modules]}. {REEXPORT}"
+            )
+    if entries is not None:
+        entries[:] = modules
+    return any(kind == OWN_MODULE for kind, _ in listed)
+
+
+def check_dense(module: Path, config_path: Path, config: Any) -> dict[str, Any]:
+    """A Dense module's config (read from `config_path`) and its weights (`model.safetensors`, tensors only): the
+    Linear's shapes as the config says, finite values, an activation sentemb writes, no residual; the config."""
+    if not isinstance(config, dict):
+        raise SentembConfigError(f"{config_path}: expected a Dense config ({{in_features, ...}}). {REEXPORT}")
+    sizes = config.get("in_features"), config.get("out_features")
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in sizes):
+        raise SentembConfigError(f"{config_path}: in_features and out_features must be positive integers. {REEXPORT}")
+    if not isinstance(config.get("bias", True), bool) or config.get("use_residual", False) is not False:
+        raise SentembConfigError(f"{config_path}: bias must be true or false and use_residual false. {REEXPORT}")
+    if config.get("activation_function", IDENTITY) not in DENSE_ACTIVATIONS:
         raise SentembConfigError(
-            f"{path}: sentemb writes {OWN_MODULE} as a folder's only module, in its root; this one lists "
-            f"{[m['type'] for m in modules]}. {REEXPORT}"
+            f"{config_path}: activation_function={config.get('activation_function')!r}: sentemb's Dense modules "
+            f"apply one of {', '.join(DENSE_ACTIVATIONS)}. {REEXPORT}"
         )
-    return custom
+    for key in ("module_input_name", "module_output_name"):
+        if config.get(key, "sentence_embedding") != "sentence_embedding":
+            raise SentembConfigError(f"{config_path}: {key} must be sentence_embedding. {REEXPORT}")
+    weights = module / DENSE_WEIGHTS
+    if (module / "pytorch_model.bin").exists() or not weights.is_file():
+        raise SentembConfigError(
+            f"{weights}: missing, or beside a pickled pytorch_model.bin: sentemb writes a Dense module's weights as "
+            f"safetensors only. {REEXPORT}"
+        )
+    try:
+        tensors = load_file(weights)
+    except Exception as err:  # safetensors' own refusal of a malformed header or a truncated file
+        raise SentembConfigError(f"{weights}: not a readable safetensors file ({err}). {REEXPORT}") from None
+    out, into = sizes[1], sizes[0]
+    expected = {"linear.weight": (out, into)} | ({"linear.bias": (out,)} if config.get("bias", True) else {})
+    got = {name: tuple(tensor.shape) for name, tensor in tensors.items()}
+    if got != expected:
+        raise SentembConfigError(f"{weights}: tensors {got}, expected {expected} ({config_path}). {REEXPORT}")
+    for name, tensor in tensors.items():
+        if not tensor.is_floating_point() or not bool(torch.isfinite(tensor).all()):
+            raise SentembConfigError(f"{weights}: {name} holds non-finite or non-float values. {REEXPORT}")
+    return config
+
+
+def check_whitening(path: Path, record: Any, modules: list[dict[str, Any]], dense: dict[str, dict[str, Any]]) -> None:
+    """`sentemb_whitening.json` (read from `path`) names a Dense module of modules.json that comes last (a Normalize
+    may follow it) and maps its `input_dim` to `dim` affinely (bias, no activation)."""
+    if not isinstance(record, dict):
+        raise SentembConfigError(f"{path}: expected the whitening's record ({{module, dim, ...}}). {REEXPORT}")
+    where, into, out = record.get("module"), record.get("input_dim"), record.get("dim")
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in (into, out)) or out > into:
+        raise SentembConfigError(f"{path}: input_dim and dim must be integers with 1 <= dim <= input_dim. {REEXPORT}")
+    paths = [str(m.get("path", "")) for m in modules]
+    if not isinstance(where, str) or where not in dense or paths.count(where) != 1:
+        raise SentembConfigError(f"{path}: module={where!r} is not one Dense module of {MODULES}. {REEXPORT}")
+    following = [m["type"].rsplit(".", 1)[-1] for m in modules[paths.index(where) + 1 :]]
+    if any(kind != "Normalize" for kind in following):
+        raise SentembConfigError(
+            f"{path}: the whitening module {where} must come after the pooling (only a Normalize may follow it); "
+            f"{MODULES} has {following} after it. {REEXPORT}"
+        )
+    config = dense[where]
+    if (config["in_features"], config["out_features"]) != (into, out) or config.get("bias", True) is not True:
+        raise SentembConfigError(
+            f"{path}: the whitening maps {into} to {dim_words(out)} with a bias; {where}/config.json says "
+            f"{config['in_features']} to {config['out_features']}, bias={config.get('bias', True)}. {REEXPORT}"
+        )
+    if config.get("activation_function", IDENTITY) != IDENTITY:
+        raise SentembConfigError(f"{path}: the whitening module {where} applies no activation ({IDENTITY}). {REEXPORT}")
+
+
+def dim_words(dim: int) -> str:
+    return f"{dim} dimension{'s' if dim != 1 else ''}"
 
 
 def load_exported_folder(folder: str | Path, device: str | None = None) -> Any:
     """A SentenceTransformer of a folder `sentemb.export` wrote, after `checked_modules`, never with
     `trust_remote_code` (sentence-transformers would pass it on to every module it loads): sentence-transformers'
-    own modules load as they do anywhere; sentemb's module is built here (`SentembEncoder.load`) and handed over."""
+    own modules load as they do anywhere; sentemb's module is built here (`SentembEncoder.load`) and handed over,
+    with the whitening's Dense after it where the folder has one."""
     from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules.dense import Dense
 
     folder = Path(folder).expanduser()
-    if checked_modules(folder):
-        return SentenceTransformer(modules=[SentembEncoder.load(str(folder))], device=device)
+    entries: list[dict[str, Any]] = []
+    if checked_modules(folder, entries):
+        after = [Dense.load(str(folder), subfolder=str(m["path"])) for m in entries[1:]]  # the checked whitening
+        return SentenceTransformer(modules=[SentembEncoder.load(str(folder)), *after], device=device)
     return SentenceTransformer(str(folder), device=device, trust_remote_code=False)
 
 

@@ -51,6 +51,16 @@ class Whitening:
         x = np.asarray(embeddings)
         return ((x.astype(np.float64) - self.mean) @ self.matrix).astype(x.dtype, copy=False)
 
+    def variances(self) -> np.ndarray:
+        """The fitted variance of each kept direction (k,), largest first: W's columns are u_i / sqrt(s_i) with unit
+        u_i, so s_i = 1 / |W[:, i]|² (a direction whose variance was floored reads `FLOOR` times the largest)."""
+        return 1.0 / np.square(self.matrix).sum(axis=0)
+
+    def affine(self, dtype: type = np.float32) -> tuple[np.ndarray, np.ndarray]:
+        """The same map as one linear layer, y = x Aᵀ + b: (A = Wᵀ (k, D), b = −μ W (k,)), b computed in float64,
+        both then cast to `dtype` (what torch's `nn.Linear`, sentence-transformers' `Dense` and an ONNX Gemm hold)."""
+        return np.ascontiguousarray(self.matrix.T, dtype=dtype), (-(self.mean @ self.matrix)).astype(dtype)
+
 
 TASK = "task"  # whitening=task: each STS task's map fitted on that task's own sentences
 

@@ -41,11 +41,14 @@ EXAMPLE = ["a man is playing a guitar on a stage .", "hello"]  # two rows of dif
 
 
 class EmbeddingGraph(nn.Module):
-    """(input_ids, attention_mask[, token_type_ids]) of prepared, padded rows → (sentence embedding, token states)."""
+    """(input_ids, attention_mask[, token_type_ids]) of prepared, padded rows → (sentence embedding, token states);
+    `whitening`: a linear layer applied to the float32 embedding as the graph's last op (BERT-whitening's
+    y = x Wᵀ + b, the very weights of the sentence-transformers folder's last Dense module)."""
 
-    def __init__(self, encoder: SentenceEncoder) -> None:
+    def __init__(self, encoder: SentenceEncoder, whitening: nn.Linear | None = None) -> None:
         super().__init__()
         self.encoder = encoder
+        self.whitening = whitening
 
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
@@ -55,8 +58,10 @@ class EmbeddingGraph(nn.Module):
             batch["token_type_ids"] = token_type_ids
         hidden = self.encoder.padded_states(batch)
         pooling = self.encoder.pooling
-        embedding = pooling(hidden, pooling.graph_batch(batch, self.encoder.tokenizer))
-        return embedding.float(), hidden.float()  # similarities are taken in float32
+        embedding = pooling(hidden, pooling.graph_batch(batch, self.encoder.tokenizer)).float()
+        if self.whitening is not None:
+            embedding = self.whitening(embedding)
+        return embedding, hidden.float()  # similarities are taken in float32
 
 
 def graph_inputs(encoder: SentenceEncoder) -> list[str]:
@@ -104,11 +109,11 @@ def parameter_bytes(module: nn.Module) -> int:
     return sum(p.numel() * 4 for p in module.parameters())  # exported in float32
 
 
-def export_graph(encoder: SentenceEncoder, path: Path) -> int:
+def export_graph(encoder: SentenceEncoder, path: Path, whitening: nn.Linear | None = None) -> int:
     """Write the float32 graph to `path` (weights beside it in `<name>.data` above SINGLE_FILE_BYTES); its output
-    size. The encoder is exported in eval mode and float32."""
+    size. The encoder is exported in eval mode and float32; `whitening`, a float32 linear layer, ends the graph."""
     encoder = encoder.float().eval()
-    graph, inputs = EmbeddingGraph(encoder).eval(), example_rows(encoder)
+    graph, inputs = EmbeddingGraph(encoder, whitening).eval(), example_rows(encoder)
     axes = {name: {0: torch.export.Dim("batch"), 1: torch.export.Dim("sequence")} for name in inputs}
     with torch.no_grad():
         dimension = graph(**inputs)[0].shape[-1]
@@ -128,12 +133,13 @@ def export_graph(encoder: SentenceEncoder, path: Path) -> int:
     return int(dimension)
 
 
-def quantize_int8(source: Path, target: Path) -> None:
+def quantize_int8(source: Path, target: Path, keep_float: tuple[str, ...] = ()) -> None:
     """ONNX Runtime's dynamic quantisation: int8 weights per output channel, activations quantised per batch.
 
     7-bit weights (`reduce_range`) keep the u8 x s8 products out of AVX2's saturating 16-bit sums, so the
     same file gives the same numbers on CPUs with and without VNNI; only weight x activation products are
-    quantised (`MatMulConstBOnly`), never attention's activation x activation ones.
+    quantised (`MatMulConstBOnly`), never attention's activation x activation ones. The nodes that read an
+    initializer named in `keep_float` stay float32 (the whitening: see `write_onnx_folder`), checked in the result.
     """
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -143,9 +149,40 @@ def quantize_int8(source: Path, target: Path) -> None:
         weight_type=QuantType.QInt8,
         per_channel=True,
         reduce_range=True,
+        nodes_to_exclude=reading_nodes(source, keep_float) if keep_float else None,
         extra_options={"MatMulConstBOnly": True},
         use_external_data_format=source.with_name(source.name + ".data").exists(),
     )
+    if keep_float:
+        check_float(target, keep_float)
+
+
+FLOAT_READERS = ("Gemm", "MatMul", "Transpose")  # the float ops that may read a kept weight (or its transposed copy)
+
+
+def reading_nodes(path: Path, initializers: tuple[str, ...]) -> list[str]:
+    """The names of the graph's nodes that take one of `initializers` as an input, each under the names ONNX
+    Runtime's quantiser gives them too (it splits a Gemm into `<name>_MatMul` and `<name>_Add` before it excludes
+    nodes); each initializer must have one."""
+    import onnx
+
+    nodes = onnx.load(str(path), load_external_data=False).graph.node
+    found = {name: [node.name for node in nodes if name in node.input] for name in initializers}
+    missing = [name for name, names in found.items() if not names]
+    if missing:  # torch's exporter named them otherwise: quantising them silently would be worse than stopping
+        raise RuntimeError(f"{path}: no node reads {missing}, so they cannot be kept out of the int8 quantisation")
+    return [variant for names in found.values() for node in names for variant in (node, f"{node}_MatMul")]
+
+
+def check_float(path: Path, initializers: tuple[str, ...]) -> None:
+    """Every node of the quantised graph reading one of `initializers` (or a tensor the quantiser made of it) is a
+    float op: none was quantised."""
+    import onnx
+
+    nodes = onnx.load(str(path), load_external_data=False).graph.node
+    readers = {node.op_type for node in nodes for i in node.input if i.startswith(initializers)}
+    if not readers or not readers <= set(FLOAT_READERS):
+        raise RuntimeError(f"{path}: {initializers} are read by {sorted(readers)}, not kept float32 as asked")
 
 
 def check_graph_parts(pooling: dict[str, Any], head: dict[str, Any] | None, quantize: str | None) -> None:
@@ -160,15 +197,26 @@ def check_graph_parts(pooling: dict[str, Any], head: dict[str, Any] | None, quan
             raise SentembConfigError(refusal)
 
 
-def write_onnx_folder(encoder: SentenceEncoder, out: Path, quantize: str | None) -> dict[str, Any]:
+# EmbeddingGraph.whitening's weight as torch's exporter names it: its node stays float32 in the int8 graph
+WHITENING_WEIGHT = "whitening.weight"
+
+
+def write_onnx_folder(
+    encoder: SentenceEncoder, out: Path, quantize: str | None, whitening: nn.Linear | None = None
+) -> dict[str, Any]:
     """Into `out`: the fp32 graph (and its int8 form), sentemb_onnx.json and the loader, and the tokenizer where the
-    folder has none yet (a sentence-transformers save has written it); the recipe written (its `graphs`: the files)."""
+    folder has none yet (a sentence-transformers save has written it); the recipe written (its `graphs`: the files).
+
+    `whitening` (float32 `nn.Linear`) is the graph's last op; the int8 graph keeps it float32: it divides each
+    direction by its standard deviation, which would magnify the per-batch int8 rounding of its input most in the
+    directions of least variance, and it is one small matrix (k x D) beside the backbone's."""
     graphs = {name: path for name, path in GRAPHS.items() if name == "fp32" or quantize == name}
     recipe = serving_recipe(encoder, graphs, dimension=0)  # its checks before the export's minutes
     (out / "onnx").mkdir(parents=True, exist_ok=True)
-    recipe["dimension"] = export_graph(encoder, out / graphs["fp32"])
+    recipe["dimension"] = export_graph(encoder, out / graphs["fp32"], whitening)
     if quantize:
-        quantize_int8(out / graphs["fp32"], out / graphs[quantize])
+        keep_float = (WHITENING_WEIGHT,) if whitening is not None else ()
+        quantize_int8(out / graphs["fp32"], out / graphs[quantize], keep_float)
     if not (out / "tokenizer.json").is_file():
         encoder.tokenizer.save_pretrained(str(out))
     (out / RECIPE).write_text(json.dumps(recipe, indent=2) + "\n")
