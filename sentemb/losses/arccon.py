@@ -8,7 +8,8 @@ s_ii is clamped into (−1+ε, 1−ε) before arccos, so identical views (cos = 
 Inputs: z1, z2 (N, D). Reference: Zhang et al. 2022 (ACL), paradigm paper Table 1.
 Example: `ArcCon(tau=0.05, u=math.pi / 18)(z1, z2).loss`.
 Extra negatives (a momentum queue) are extra columns of the same τ (the margin stays on the
-positive only); under `reference` too (the same loss).
+positive only); under `reference` too (the same loss). Excluded false negatives (`excluded`, DCLR) leave
+the denominator of L_i (logit −∞: that j's e^{s_ij/τ} is gone).
 
 `convention: reference` (the paper's public code, isotropy/models.py `_i_forward`, branch
 `arccon`): the same loss, one direction, but arccos of the unclamped positive cosine (NaN where
@@ -40,16 +41,19 @@ class ArcCon(Objective):
         self.u = require_positive("u", u, "0.1745 (π/18, 10°)")
         self.set_convention(convention, symmetric)
 
-    def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
+    def directional(self, h1: torch.Tensor, h2: torch.Tensor, excluded: torch.Tensor | None = None) -> LossOutput:
         s = h1 @ h2.T
         theta_pos = safe_arccos(s.diagonal())
         positive_logit = torch.cos(theta_pos + self.u) / self.tau
         logits = torch.where(positive_mask(s), positive_logit[:, None], s / self.tau)  # N×M with extra negatives
+        if excluded is not None:  # out of the denominator
+            logits = logits.masked_fill(excluded, -math.inf)
         loss = F.cross_entropy(logits, torch.arange(s.shape[0], device=s.device))
 
         def stats() -> dict[str, float]:
             gd = torch.sigmoid(negatives_logsumexp(logits) - positive_logit)
             ratio = torch.sin(theta_pos + self.u) / torch.sin(theta_pos)  # Table 1 R, sin θ > 0 by the clamp
-            return paradigm_stats(s, h1, h2, gd=gd, weights=negative_softmax(logits), ratio=ratio)
+            weights = negative_softmax(logits, excluded)
+            return paradigm_stats(s, h1, h2, gd=gd, weights=weights, ratio=ratio, excluded=excluded)
 
         return LossOutput(loss, LazyStats(stats, s.device))

@@ -16,6 +16,15 @@ other sentences' h'_j and every queue row) a negative; `symmetric=True` gives th
 direction cat(h, q). K = 0 or None computes exactly the loss without negatives. Which losses take
 them is declared per class, readable before anything is built: `Objective.negatives_refusal(config)`
 is None, or the reason as one sentence (a loss with no negatives' denominator refuses them).
+
+False negatives (DCLR's instance weights, sentemb/training/dclr.py): `forward(z1, z2, negatives, excluded)`
+with `excluded` an (N, N + K) bool tensor, True where candidate j is a false negative of anchor i: it is
+then no negative of that anchor (never True on the diagonal: a positive is not a negative). Each loss
+that takes extra negatives removes those candidates from its negatives (its docstring says how, by
+equation); a loss that refuses extra negatives refuses `excluded` the same way. `directional` gets it
+as the keyword `excluded` only when it is given, so a loss of your own without that keyword keeps
+working as long as nothing is excluded. With `symmetric=True` the h' → h direction's mask is the
+transpose of the N×N block, its K extra-negative columns unchanged.
 """
 
 from __future__ import annotations
@@ -85,7 +94,8 @@ CONVENTIONS = ("paper", "reference")
 
 
 class Objective(nn.Module):
-    """Base class: `forward(z1, z2, negatives=None) -> LossOutput`; subclasses implement `directional(h1, h2)`.
+    """Base class: `forward(z1, z2, negatives=None, excluded=None) -> LossOutput`; subclasses implement
+    `directional(h1, h2)` (and `directional(h1, h2, excluded=...)` where they take extra negatives).
 
     `directional` gets unit vectors in float32/float64 (autocast off) and returns the loss
     with h1 (N, D) as anchors and h2 (M, D), M ≥ N, as candidates: h2[i] is anchor i's positive and
@@ -107,11 +117,11 @@ class Objective(nn.Module):
     def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def reference(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
+    def reference(self, h1: torch.Tensor, h2: torch.Tensor, excluded: torch.Tensor | None = None) -> LossOutput:
         """The public code's computation for this loss's settings; the same as the paper's one direction
         unless a subclass says otherwise (InfoNCE, MPT: the code computes the text's loss). Where it is
-        not overridden it takes extra negatives as `directional` does (h2 then has N + K rows)."""
-        return self.directional(h1, h2)
+        not overridden it takes extra negatives (h2 then has N + K rows) and `excluded` as `directional` does."""
+        return self.directional(h1, h2) if excluded is None else self.directional(h1, h2, excluded=excluded)
 
     def set_convention(self, convention: str, symmetric: bool) -> None:
         """`convention` and `symmetric`, refusing `symmetric` where the public code fixes the directions."""
@@ -159,12 +169,46 @@ class Objective(nn.Module):
             )
         return negatives if negatives.shape[0] > 0 else None
 
-    def forward(self, z1: torch.Tensor, z2: torch.Tensor, negatives: torch.Tensor | None = None) -> LossOutput:
+    def excluded_negatives(
+        self, z1: torch.Tensor, negatives: torch.Tensor | None, excluded: torch.Tensor | None
+    ) -> torch.Tensor | None:
+        """`excluded` checked: refused by a loss that takes no extra negatives (the same reason), else an
+        (N, N + K) bool tensor (K the rows of `negatives`, 0 without), never True on the diagonal."""
+        if excluded is None:
+            return None
+        refusal = self.refuses_negatives()
+        if refusal is not None:
+            raise SentembConfigError(
+                f"{refusal} Excluding false negatives removes terms of a negatives' denominator. Fix: a loss with "
+                "a negatives' denominator (e.g. loss=infonce), or no negatives=dclr"
+            )
+        n = z1.shape[0]
+        columns = n + (0 if negatives is None else negatives.shape[0])
+        if excluded.dtype != torch.bool or tuple(excluded.shape) != (n, columns):
+            raise ValueError(
+                f"{type(self).__name__}: excluded must be a bool (N, N + K) = ({n}, {columns}) tensor (N anchors, "
+                f"their N + K candidates), got {excluded.dtype} {tuple(excluded.shape)}"
+            )
+        if bool(excluded[:, :n].diagonal().any()):
+            raise ValueError(
+                f"{type(self).__name__}: excluded is True on the diagonal: anchor i's candidate i is its positive, "
+                "never a false negative"
+            )
+        return excluded
+
+    def forward(
+        self,
+        z1: torch.Tensor,
+        z2: torch.Tensor,
+        negatives: torch.Tensor | None = None,
+        excluded: torch.Tensor | None = None,
+    ) -> LossOutput:
         if z1.shape != z2.shape or z1.dim() != 2:
             raise ValueError(
                 f"{type(self).__name__} expects two (N, D) views of equal shape, got {z1.shape}, {z2.shape}"
             )
         extra = self.extra_negatives(z1, negatives)
+        excluded = self.excluded_negatives(z1, extra, excluded)
         if z1.shape[0] < 2 and (extra is None or z1.shape[0] == 0):
             # a trailing batch of one sentence has no negatives (unless a queue gives some): nothing to learn
             return LossOutput(0.0 * (z1.sum() + z2.sum()).float())
@@ -173,11 +217,16 @@ class Objective(nn.Module):
             # a float32 queue with float64 views (gradient tests) joins them; no queue: the views alone, as before
             hq = None if extra is None else normalize(extra).to(h1.dtype)
             candidates = h2 if hq is None else torch.cat((h2, hq))
+            # passed only when given: a loss of your own without the keyword keeps working
+            excluding = {} if excluded is None else {"excluded": excluded}
             if self.convention == "reference":
-                return self.reference(h1, candidates)
-            output = self.directional(h1, candidates)
+                return self.reference(h1, candidates, **excluding)
+            output = self.directional(h1, candidates, **excluding)
             if self.symmetric:  # average both directions (the h' anchors' candidates: h, then the same queue)
-                backward = self.directional(h2, h1 if hq is None else torch.cat((h1, hq)))
+                if excluded is not None:  # h'_i's false negatives among the h_j: the transpose; the queue's unchanged
+                    n = z1.shape[0]
+                    excluding = {"excluded": torch.cat((excluded[:, :n].T, excluded[:, n:]), dim=1)}
+                backward = self.directional(h2, h1 if hq is None else torch.cat((h1, hq)), **excluding)
                 output = LossOutput(0.5 * (output.loss + backward.loss), output.stats)  # telemetry: h → h'
         return output
 

@@ -10,12 +10,15 @@ negatives, R_i = 2 s_ii / Σ_j q_ij (2s_ij + m); `hardest_share` is the largest 
 Inputs: z1, z2 (N, D); the value is the mean over anchors (the paper sums: one constant).
 Example: `FocalInfoNCE(tau=0.05, m=0.3)(z1, z2).loss`.
 Extra negatives (a momentum queue) are extra columns of the same τ, each with the negatives'
-logit s_ij(s_ij+m)/τ.
+logit s_ij(s_ij+m)/τ. Excluded false negatives (`excluded`, DCLR) leave Eq. 2's denominator (logit −∞: the
+term e^{s_ij(s_ij+m)/τ} of that j is gone).
 
 `convention`: only `paper`; the paradigm paper's public code has no focal loss.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -41,16 +44,18 @@ class FocalInfoNCE(Objective):
             )
         self.set_convention(convention, symmetric)
 
-    def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
+    def directional(self, h1: torch.Tensor, h2: torch.Tensor, excluded: torch.Tensor | None = None) -> LossOutput:
         s = h1 @ h2.T
         diagonal = positive_mask(s)  # N×M with extra negatives: every other column is a negative
         logits = torch.where(diagonal, s * s, s * (s + self.m)) / self.tau
+        if excluded is not None:  # out of the denominator
+            logits = logits.masked_fill(excluded, -math.inf)
         loss = F.cross_entropy(logits, torch.arange(s.shape[0], device=s.device))
 
         def stats() -> dict[str, float]:
             gd = 1.0 - logits.softmax(dim=1).diagonal()
-            q = negative_softmax(logits)
-            ratio = 2.0 * s.diagonal() / (q * (2.0 * s + self.m)).sum(dim=1)
-            return paradigm_stats(s, h1, h2, gd=gd, weights=q, ratio=ratio)
+            q = negative_softmax(logits, excluded)
+            ratio = 2.0 * s.diagonal() / (q * (2.0 * s + self.m)).sum(dim=1)  # a row with no negative: dropped
+            return paradigm_stats(s, h1, h2, gd=gd, weights=q, ratio=ratio, excluded=excluded)
 
         return LossOutput(loss, LazyStats(stats, s.device))

@@ -9,12 +9,16 @@ other N−1 sentences are the negatives. Reference: Oord et al. 2018; Gao et al.
 Example: `InfoNCE(tau=0.05)(z1, z2).loss`.
 Extra negatives (ESimCSE's momentum queue, `InfoNCE()(z1, z2, queue)`) are extra columns of the same τ
 (ESimCSE Eq.: Σ_j e^{s_ij/τ} + Σ_{k∈Q} e^{h_i·q_k/τ}); under `reference` too (the same computation).
+Excluded false negatives (`excluded`, DCLR) leave the denominator: logit −∞, the 0 weight of DCLR's weighted
+InfoNCE (DCLR Eq. 6, −log e^{s_ii/τ} / Σ_j α_ij e^{s_ij/τ}, α_ij = 0 for a false negative).
 
 `convention: reference` (the paper's public code, isotropy/models.py `_i_forward`, branch
 `infonce`): cross-entropy of the cosine matrix over temp, one direction: the same computation.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -33,13 +37,16 @@ class InfoNCE(Objective):
         self.tau = require_positive("tau", tau, "0.05")
         self.set_convention(convention, symmetric)
 
-    def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
+    def directional(self, h1: torch.Tensor, h2: torch.Tensor, excluded: torch.Tensor | None = None) -> LossOutput:
         s = h1 @ h2.T  # N×M: column i is anchor i's positive, the rest (queue included) negatives
         logits = s / self.tau
+        if excluded is not None:  # out of the denominator
+            logits = logits.masked_fill(excluded, -math.inf)
         loss = F.cross_entropy(logits, torch.arange(s.shape[0], device=s.device))
 
         def stats() -> dict[str, float]:
             gd = torch.sigmoid(negatives_logsumexp(logits) - logits.diagonal())  # 1/(1 + e^{s_ii/τ}/Σ_{k≠i})
-            return paradigm_stats(s, h1, h2, gd=gd, weights=negative_softmax(logits), ratio=1.0)
+            weights = negative_softmax(logits, excluded)
+            return paradigm_stats(s, h1, h2, gd=gd, weights=weights, ratio=1.0, excluded=excluded)
 
         return LossOutput(loss, LazyStats(stats, s.device))

@@ -18,6 +18,9 @@ Example: `Paradigm(gd="margin", w="softmax", r=1.5)(z1, z2).loss`; from the comm
 Extra negatives (a momentum queue) are extra columns j ≠ i of the same components: the max of the
 margin, the sums of GD and W (softmax of the same τ, power, uniform 1/(M−1) over M = N + K
 candidates, the hardest over all) run over them too (`convention: paper` only).
+Excluded false negatives (`excluded`, DCLR) are no j of Eq. 5's Σ_{j≠i}: W_ij = 0 there and every component
+reads the other negatives only (the margin's max, GD infonce's and W softmax's sums, power's normalisation,
+uniform 1/(the negatives left), the hardest among them); an anchor with none left gives L_i = 0.
 
 `convention: reference` computes the public code's `sg` loss (`sg.w_gd` for gd=margin, `sg`
 for gd=none; see reference.sg_loss): both directions summed, each direction's d from its own
@@ -50,10 +53,12 @@ from sentemb.losses.base import (
 )
 from sentemb.losses.geometry import (
     hardest_negative,
+    has_negative,
     margin_indicator,
     negative_power_weights,
     negative_softmax,
     negatives_logsumexp,
+    not_negative,
     one_hot_rows,
     paradigm_stats,
     positive_mask,
@@ -105,24 +110,28 @@ class Paradigm(Objective):
                 )
 
     @torch.no_grad()
-    def gradient_dissipation(self, s: torch.Tensor) -> torch.Tensor:
+    def gradient_dissipation(self, s: torch.Tensor, excluded: torch.Tensor | None = None) -> torch.Tensor:
         if self.gd == "margin":
-            return margin_indicator(s, self.m)
+            return margin_indicator(s, self.m, excluded)
         if self.gd == "infonce":
             logits = s / self.tau
-            return torch.sigmoid(negatives_logsumexp(logits) - logits.diagonal())
+            return torch.sigmoid(negatives_logsumexp(logits, excluded) - logits.diagonal())
         return torch.ones(s.shape[0], dtype=s.dtype, device=s.device)
 
     @torch.no_grad()
-    def weight(self, s: torch.Tensor) -> torch.Tensor:
+    def weight(self, s: torch.Tensor, excluded: torch.Tensor | None = None) -> torch.Tensor:
         columns = s.shape[1]  # M = N + K candidates with extra negatives
         if self.w == "softmax":
-            return negative_softmax(s / self.tau)
+            return negative_softmax(s / self.tau, excluded)
         if self.w == "hardest":
-            return one_hot_rows(hardest_negative(s)[1], columns, s.dtype)
+            rows = None if excluded is None else has_negative(s, excluded)
+            return one_hot_rows(hardest_negative(s, excluded)[1], columns, s.dtype, rows)
         if self.w == "power":
-            return negative_power_weights(s, self.power)
-        return (~positive_mask(s)).to(s.dtype) / (columns - 1)
+            return negative_power_weights(s, self.power, excluded=excluded)
+        if excluded is None:
+            return (~positive_mask(s)).to(s.dtype) / (columns - 1)
+        negatives = (~not_negative(s, excluded)).to(s.dtype)
+        return negatives / negatives.sum(dim=1, keepdim=True).clamp_min(1.0)  # 1 / (the row's negatives left)
 
     @torch.no_grad()
     def ratio(self, s: torch.Tensor) -> torch.Tensor:
@@ -134,12 +143,15 @@ class Paradigm(Objective):
             return torch.sqrt((1.0 - s).clamp_min(0.0) / (1.0 - positive).clamp_min(1e-6)[:, None])
         return torch.full_like(s, self.r)
 
-    def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
+    def directional(self, h1: torch.Tensor, h2: torch.Tensor, excluded: torch.Tensor | None = None) -> LossOutput:
         s = h1 @ h2.T
-        gd, weights, ratio = self.gradient_dissipation(s), self.weight(s), self.ratio(s)
-        per_anchor = gd * (weights * (s - ratio * s.diagonal()[:, None])).sum(dim=1)
-        stats = LazyStats(lambda: paradigm_stats(s, h1, h2, gd=gd, weights=weights, ratio=ratio), s.device)
-        return LossOutput(per_anchor.mean(), stats)
+        gd, weights, ratio = self.gradient_dissipation(s, excluded), self.weight(s, excluded), self.ratio(s)
+        per_anchor = gd * (weights * (s - ratio * s.diagonal()[:, None])).sum(dim=1)  # W = 0 on excluded columns
+
+        def stats() -> dict[str, float]:
+            return paradigm_stats(s, h1, h2, gd=gd, weights=weights, ratio=ratio, excluded=excluded)
+
+        return LossOutput(per_anchor.mean(), LazyStats(stats, s.device))
 
     def reference(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
         weights = "power" if self.w in ("power", "uniform") else "softmax"

@@ -13,7 +13,9 @@ W on the hardest negative only (MPT 1, MET 1/‖h_i−h'_j‖, MAT 1/sin θ_ij),
 sqrt((1−s_ij)/(1−s_ii)) (MET), sin θ_ij / sin θ_ii (MAT). Inputs: z1, z2 (N, D); the value
 is the mean over anchors. Example: `MPT(m=0.23)(z1, z2).loss`, `MET(m=0.45)`, `MAT(m=0.15)`.
 Extra negatives (a momentum queue) are extra candidates for the hardest negative: j ranges over
-the other sentences' h'_j and every queue row (under `reference` too: the same losses).
+the other sentences' h'_j and every queue row (under `reference` too: the same losses). Excluded false
+negatives (`excluded`, DCLR) are never the hardest: the min_{j≠i} of L_i runs over the other candidates,
+and an anchor with none left has no triplet (L_i = 0, still counted in the mean).
 
 `convention: reference` (the paper's public code, isotropy/models.py `_i_forward`, branches
 `mpt`, `met`, `mat`; one direction as here): MPT is the same computation. MET clamps 2 − 2s at
@@ -33,10 +35,11 @@ from sentemb.common.parts import part
 from sentemb.losses.base import LazyStats, LossOutput, Objective, require_finite
 from sentemb.losses.geometry import (
     hardest_negative,
+    has_negative,
     margin_indicator,
+    not_negative,
     one_hot_rows,
     paradigm_stats,
-    positive_mask,
     safe_arccos,
     unit_distance,
 )
@@ -53,14 +56,16 @@ class MPT(Objective):
         self.m = require_finite("m", m, "0.23")
         self.set_convention(convention, symmetric)
 
-    def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
+    def directional(self, h1: torch.Tensor, h2: torch.Tensor, excluded: torch.Tensor | None = None) -> LossOutput:
         s = h1 @ h2.T
-        hardest, index = hardest_negative(s)
+        hardest, index = hardest_negative(s, excluded)  # −∞ where every negative is excluded: relu gives 0
         loss = torch.relu(-s.diagonal() + hardest + self.m).mean()
 
         def stats() -> dict[str, float]:
-            gd = margin_indicator(s, self.m)
-            return paradigm_stats(s, h1, h2, gd=gd, weights=one_hot_rows(index, s.shape[1], s.dtype), ratio=1.0)
+            gd = margin_indicator(s, self.m, excluded)
+            rows = None if excluded is None else has_negative(s, excluded)
+            weights = one_hot_rows(index, s.shape[1], s.dtype, rows)
+            return paradigm_stats(s, h1, h2, gd=gd, weights=weights, ratio=1.0, excluded=excluded)
 
         return LossOutput(loss, LazyStats(stats, s.device))
 
@@ -80,19 +85,21 @@ class DistanceTriplet(Objective):
     def margin(self) -> float:
         return self.m
 
-    def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:
+    def directional(self, h1: torch.Tensor, h2: torch.Tensor, excluded: torch.Tensor | None = None) -> LossOutput:
         s = h1 @ h2.T
         distance = self.distances(s)
         positive = distance.diagonal()
-        nearest, index = distance.masked_fill(positive_mask(s), math.inf).min(dim=1)  # j over all M columns
+        # j over all M columns but the excluded (+∞ where none is left: relu gives 0)
+        nearest, index = distance.masked_fill(not_negative(s, excluded), math.inf).min(dim=1)
         loss = torch.relu(positive - nearest + self.margin()).mean()
 
         def stats() -> dict[str, float]:
             gd = (nearest - positive < self.margin()).to(s.dtype)
             # R = (∂d_ii/∂s_ii) / (∂d_ij/∂s_ij) at the hardest negative: MET √((1−s_ij)/(1−s_ii)), MAT sin θ_ij/sin θ_ii
             ratio = self.slope(s.diagonal()) / self.slope(s.gather(1, index[:, None])[:, 0])
-            weights = one_hot_rows(index, s.shape[1], s.dtype)
-            return paradigm_stats(s, h1, h2, gd=gd, weights=weights, ratio=ratio)
+            rows = None if excluded is None else has_negative(s, excluded)
+            weights = one_hot_rows(index, s.shape[1], s.dtype, rows)
+            return paradigm_stats(s, h1, h2, gd=gd, weights=weights, ratio=ratio, excluded=excluded)
 
         return LossOutput(loss, LazyStats(stats, s.device))
 

@@ -11,6 +11,8 @@ Each term's value is returned in `LossOutput.terms` (logged as train/loss/<label
 telemetry under `<label>/<stat>`.
 Extra negatives (a momentum queue, `forward(z1, z2, negatives)`) go to every term, so the sum takes
 them only if each term does; otherwise it refuses them naming the term (`negatives_refusal`).
+Excluded false negatives (`excluded`, DCLR) go to every term the same way: each term removes them as its own
+docstring says; L = Σ_t weight_t · L_t(z1, z2, excluded).
 """
 
 from __future__ import annotations
@@ -70,13 +72,23 @@ class WeightedSum(Objective):
                 return term_refusal(label, reason)
         return None
 
-    def forward(self, z1: torch.Tensor, z2: torch.Tensor, negatives: torch.Tensor | None = None) -> LossOutput:
-        if negatives is not None:
-            self.extra_negatives(z1, negatives)  # refused here naming the term, before any term runs
+    def forward(
+        self,
+        z1: torch.Tensor,
+        z2: torch.Tensor,
+        negatives: torch.Tensor | None = None,
+        excluded: torch.Tensor | None = None,
+    ) -> LossOutput:
+        # refused here naming the term, before any term runs; `excluded` refused the same way and its shape checked
+        self.excluded_negatives(z1, self.extra_negatives(z1, negatives), excluded)
+        extra = {} if excluded is None else {"excluded": excluded}
         total, outputs = None, {}
         for label, objective in self.objectives.items():
-            # a term built elsewhere may take (z1, z2) alone: negatives are passed only when there are some
-            outputs[label] = output = objective(z1, z2) if negatives is None else objective(z1, z2, negatives)
+            # a term built elsewhere may take (z1, z2) alone: negatives (and exclusions) are passed only when given
+            if negatives is None:
+                outputs[label] = output = objective(z1, z2, **extra)
+            else:
+                outputs[label] = output = objective(z1, z2, negatives, **extra)
             weighted = self.weights[label] * output.loss
             total = weighted if total is None else total + weighted
 

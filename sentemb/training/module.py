@@ -20,7 +20,6 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 from lightning.pytorch.utilities import GradClipAlgorithmType
 from omegaconf import DictConfig
 
-from sentemb.common.batch_views import anchor_batch
 from sentemb.common.errors import SentembConfigError, TrainingDiverged
 from sentemb.common.hydra_plumbing import resolved_container
 from sentemb.encoders.build import build_encoder
@@ -31,9 +30,10 @@ from sentemb.encoders.poolings.base import TrainingViews
 from sentemb.losses import LossOutput
 from sentemb.losses.base import LazyStats
 from sentemb.training.checkpoints import CheckpointContents
+from sentemb.training.dclr import DCLRNegatives  # noqa: F401  (registers negatives=dclr)
 from sentemb.training.distributed import gather_with_grad, world_size
 from sentemb.training.grad_cache import GradCache
-from sentemb.training.momentum import gathered, sentence_keys
+from sentemb.training.momentum import NegativesPart, StepNegatives
 from sentemb.training.sharding import shard_encoder
 from sentemb.training.soft_negatives import SoftNegativeMargin
 
@@ -63,10 +63,11 @@ class SentembModule(CheckpointContents, L.LightningModule):
         self.encoder = build_encoder(model, pooling, head, adapter)
         # an adapter run's checkpoints hold its trained weights only (CheckpointContents); the base is rebuilt
         self.strict_loading = not is_adapted(self.encoder.backbone)
-        # ESimCSE's momentum encoder (a copy of the backbone, made before compile) and its queue of negatives
-        self.negatives = build_part("negatives", negatives) if negatives else None
+        # a negatives part (sentemb.training.momentum.NegativesPart): ESimCSE's momentum encoder and queue, DCLR's
+        # noise and false negatives; it takes what it copies of the encoder now, before compile and any checkpoint
+        self.negatives: NegativesPart | None = build_part("negatives", negatives) if negatives else None
         if self.negatives is not None:
-            self.negatives.track(self.encoder.backbone)
+            self.negatives.track(self.encoder)
         # SNCSE's bidirectional margin loss on the soft negatives (the batch's third view)
         self.soft_negatives: SoftNegativeMargin | None = (
             build_part("soft_negatives", soft_negatives) if soft_negatives else None
@@ -109,7 +110,7 @@ class SentembModule(CheckpointContents, L.LightningModule):
             shard_encoder(self, self.device_mesh["data_parallel"])
 
     def on_train_epoch_start(self) -> None:
-        if self.negatives is not None:  # the released ESimCSE empties its queue at each epoch (convention=reference)
+        if self.negatives is not None:  # e.g. the released ESimCSE empties its queue at each epoch (reference)
             self.negatives.on_epoch_start(self.current_epoch)
 
     def on_fit_start(self) -> None:
@@ -138,13 +139,18 @@ class SentembModule(CheckpointContents, L.LightningModule):
         into the mean over ranks: for SARCSE's reconstruction that is the global mean; HiCL's local
         loss takes its negatives among the rank's own segments (not gathered). A global loss of weight
         0 (head=mntp with head.contrastive=false) is not computed at all: the auxiliary terms are the loss.
+
+        A negatives part (negatives=momentum, negatives=dclr) is asked, in this order: the batch the encoders see
+        (`training_batch`), the step's negatives once the global views are there (`step_negatives`), the loss
+        with them (`global_loss`), then `after_loss` (ESimCSE's queue takes the batch: never its own negative).
         """
+        if self.negatives is not None:  # DCLR's reference: padding attended (all-ones attention masks)
+            batch = self.negatives.training_batch(batch)
         views = self.training_views(batch)
         world = world_size()
-        sentences = self.global_sentence_ids(batch)  # None without negatives=momentum
-        output = self.global_loss(views, world, self.momentum_negatives(sentences))
-        if sentences is not None and views.global_weight != 0:  # after the loss: the queue never holds this batch
-            self.enqueue_momentum_keys(batch, sentences)
+        output, step = self.global_loss(views, world, batch)
+        if step is not None:
+            self.negatives.after_loss(batch, step, encoder=self.encoder, chunk=self.chunk_sentences())
         if self.soft_negatives is not None:
             views.auxiliary["soft_negative"] = self.soft_negative_term(views)
         terms = [weight * value for weight, value in views.auxiliary.values()]
@@ -159,6 +165,8 @@ class SentembModule(CheckpointContents, L.LightningModule):
             total = total + term
             backward = backward + term
         parts = {f"train/loss/{label}": value.detach() for label, (_, value) in views.auxiliary.items()}
+        if step is not None:
+            parts.update(step.logged)  # e.g. train/dclr/excluded_share
         if views.auxiliary and output is not None:
             parts["train/loss/global"] = output.loss.detach()
         if not torch.isfinite(total.detach()):  # fp16 overflow, a tiny τ: stop here, not with NaN weights later
@@ -174,49 +182,26 @@ class SentembModule(CheckpointContents, L.LightningModule):
         logged = LazyStats(lambda: {**parts, **{f"paradigm/{k}": v for k, v in output.stats.items()}}, total.device)
         return backward, total, logged
 
-    def global_loss(self, views: TrainingViews, world: int, negatives: torch.Tensor | None = None) -> LossOutput | None:
-        """The loss on the two views, their negatives gathered from every rank (and ESimCSE's queue, `negatives`);
-        None when its weight is 0 (MNTP alone, LLM2Vec's first stage): then neither the loss nor the gather runs."""
+    def global_loss(
+        self, views: TrainingViews, world: int, batch: dict[str, torch.Tensor]
+    ) -> tuple[LossOutput | None, StepNegatives | None]:
+        """The loss on the two views, their negatives gathered from every rank, with the negatives part's (its
+        `StepNegatives`, also returned; None without a part); (None, None) when its weight is 0 (MNTP alone,
+        LLM2Vec's first stage): then neither the loss, the gather nor the negatives part runs."""
         if views.global_weight == 0:
-            return None
+            return None, None
         z1, z2 = views.z1, views.z2
         if world > 1:
             z1, z2 = gather_with_grad(z1), gather_with_grad(z2)
-        return self.loss(z1, z2) if negatives is None else self.loss(z1, z2, negatives=negatives)
-
-    def global_sentence_ids(self, batch: dict[str, torch.Tensor]) -> torch.Tensor | None:
-        """Every rank's anchors' sentence keys (`sentence_keys`, gathered once a step), or None without a queue."""
         if self.negatives is None:
-            return None
-        anchors = anchor_batch(batch)
-        return gathered(sentence_keys(anchors["input_ids"], anchors["attention_mask"]))
+            return self.loss(z1, z2), None
+        chunk = self.chunk_sentences()
+        step = self.negatives.step_negatives(batch, z1, z2, encoder=self.encoder, loss=self.loss, chunk=chunk)
+        return self.negatives.global_loss(self.loss, z1, z2, step), step
 
-    def momentum_negatives(self, sentences: torch.Tensor | None) -> torch.Tensor | None:
-        """ESimCSE's step before its loss: the EMA update of ξ (θ as it stands before this step's update), then the
-        queue as it stood before this step, without the entries of this global batch's `sentences`."""
-        if sentences is None:
-            return None
-        self.negatives.update(self.encoder.backbone)
-        return self.negatives.negatives(sentences)
-
-    @torch.no_grad()
-    def enqueue_momentum_keys(self, batch: dict[str, torch.Tensor], sentences: torch.Tensor) -> None:
-        """ξ (eval mode, no gradient) embeds this batch's anchors through the online pooling and its train-only MLP
-        (ESimCSE's q = MLP_θ(Enc_ξ(x))); every rank's keys join the queue. In GradCache's chunks when it is on."""
-        anchors = anchor_batch(batch)
-        rows = anchors["input_ids"].shape[0]
-        size = self.grad_cache.sentences if self.grad_cache is not None and self.grad_cache.sentences else rows
-        keys = torch.cat(
-            [
-                self.encoder(
-                    {k: v[start : start + size] for k, v in anchors.items()},
-                    train_head=True,
-                    backbone=self.negatives.backbone,
-                )
-                for start in range(0, rows, size)
-            ]
-        )
-        self.negatives.enqueue(keys, sentences)
+    def chunk_sentences(self) -> int | None:
+        """GradCache's sentences per forward (a negatives part encoding the batch again does it in these), or None."""
+        return self.grad_cache.sentences if self.grad_cache is not None and self.grad_cache.sentences else None
 
     def soft_negative_term(self, views: TrainingViews) -> tuple[float, torch.Tensor]:
         """SNCSE's λ·L_BML on the anchor, positive and negation views (per rank, like every auxiliary term)."""

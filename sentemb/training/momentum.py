@@ -21,24 +21,130 @@ State: ξ is a submodule (its weights travel in the state dict; under an adapter
 the trained weights, `saved_with_adapter`), the queue and its sentences' keys travel as this
 module's extra state. Under DDP every rank enqueues the gathered keys of all ranks (in rank order,
 as the gathered negatives), so all ranks hold the same queue.
+
+Every `negatives=` part (registry kind "negatives": this queue, DCLR's sentemb/training/dclr.py) answers the
+same small protocol, `NegativesPart`, which SentembModule calls in a step's order; what one step's loss gets
+is a `StepNegatives`, handed back to the part after the loss (no per-batch state is kept on the part).
+`check_negatives` runs the configured part's own `check_config` before any model loads.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from sentemb.common.batch_views import anchor_batch
 from sentemb.common.errors import SentembConfigError
-from sentemb.common.parts import lookup, part
+from sentemb.common.parts import part
+from sentemb.encoders.part_configs import build_part
+from sentemb.losses.registry import negatives_refusal
 from sentemb.training.distributed import world_size
 from sentemb.training.sharding import is_sharded
 
+if TYPE_CHECKING:
+    from sentemb.encoders.encoder import SentenceEncoder
+    from sentemb.losses import LossOutput
+
 CONVENTIONS = ("paper", "reference")
+# the losses with a negatives' denominator, named in the fixes of both parts' refusals
+NEGATIVES_LOSSES = "infonce, focal, arccon, mpt, met, mat, paradigm"
+
+
+@dataclass(frozen=True)
+class StepNegatives:
+    """What a negatives part gives one training step's loss, and gets back after it.
+
+    `negatives`: extra negative rows (K, D), or None; `excluded`: the (N, N + K) bool mask of each anchor's false
+    negatives (`Objective.forward`), or None; `sentences`: the global batch's sentence keys where the part needs them
+    after the loss (the queue); `logged`: detached scalars logged as they are named (e.g. train/dclr/excluded_share).
+    """
+
+    negatives: torch.Tensor | None = None
+    excluded: torch.Tensor | None = None
+    sentences: torch.Tensor | None = None
+    logged: Mapping[str, torch.Tensor] = field(default_factory=dict)
+
+
+class NegativesPart(Protocol):
+    """What SentembModule asks of a `negatives=` part, in a run's and a step's order.
+
+    - `check_config(cfg)`: on the part built from `cfg["negatives"]` (its constructor checks its options), what it
+      cannot go with in the run's config `cfg`, before any model loads;
+    - `track(encoder)`: once, in the module's constructor, before any checkpoint loads and before compile;
+    - `on_epoch_start(epoch)`: at each training epoch's start;
+    - `training_batch(batch)`: the batch the step's encoders see (DCLR's reference: padding attended);
+    - `step_negatives(batch, z1, z2, encoder=, loss=, chunk=)`: after the views and their DDP gather (z1, z2 the
+      global batch's), before the loss;
+    - `global_loss(loss, z1, z2, step)`: the step's global loss with them (`apply_negatives` by default);
+    - `after_loss(batch, step, encoder=, chunk=)`: after the loss, before backward (the queue takes the batch).
+
+    `chunk`: GradCache's sentences per forward (None: the batch at once), for a part that encodes the batch again.
+    """
+
+    def check_config(self, cfg: Mapping[str, Any]) -> None: ...
+
+    def track(self, encoder: SentenceEncoder) -> None: ...
+
+    def on_epoch_start(self, epoch: int) -> None: ...
+
+    def training_batch(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]: ...
+
+    def step_negatives(
+        self,
+        batch: dict[str, torch.Tensor],
+        z1: torch.Tensor,
+        z2: torch.Tensor,
+        *,
+        encoder: SentenceEncoder,
+        loss: nn.Module,
+        chunk: int | None,
+    ) -> StepNegatives: ...
+
+    def global_loss(self, loss: nn.Module, z1: torch.Tensor, z2: torch.Tensor, step: StepNegatives) -> LossOutput: ...
+
+    def after_loss(
+        self, batch: dict[str, torch.Tensor], step: StepNegatives, *, encoder: SentenceEncoder, chunk: int | None
+    ) -> None: ...
+
+
+def apply_negatives(loss: nn.Module, z1: torch.Tensor, z2: torch.Tensor, step: StepNegatives) -> LossOutput:
+    """loss(z1, z2) with the step's negatives and exclusions, each passed only when there is one (a loss of your own
+    that takes no such keyword keeps working without them)."""
+    given = {"negatives": step.negatives, "excluded": step.excluded}
+    return loss(z1, z2, **{key: value for key, value in given.items() if value is not None})
+
+
+def in_chunks(
+    embed: Callable[[dict[str, torch.Tensor]], torch.Tensor], rows: dict[str, torch.Tensor], size: int | None
+) -> torch.Tensor:
+    """embed(rows) computed `size` rows at a time (GradCache's chunks; None: at once), concatenated."""
+    count = rows["input_ids"].shape[0]
+    size = size or count
+    return torch.cat([embed({k: v[start : start + size] for k, v in rows.items()}) for start in range(0, count, size)])
+
+
+def refuse_loss_without_negatives(cfg: Mapping[str, Any], named: str, why: str, losses: str = NEGATIVES_LOSSES) -> None:
+    """A loss that takes no extra negatives (`negatives_refusal`) refused for `named` (negatives=<part>), saying
+    `why` the part needs them, and the `losses` it takes in the fix."""
+    loss = cfg.get("loss") or {}
+    reason = negatives_refusal(loss)
+    if reason:
+        raise SentembConfigError(
+            f"{named} with loss={loss.get('name')}: {reason} {why} Fix: a loss that takes extra negatives "
+            f"({losses}), or no negatives= group"
+        )
+
+
+def refuse_sharded(cfg: Mapping[str, Any], named: str, why: str) -> None:
+    """trainer=fsdp refused for `named`, saying `why`."""
+    if is_sharded(cfg.get("trainer") or {}):
+        raise SentembConfigError(f"{named} with trainer=fsdp: {why}. Fix: trainer=ddp (or one device)")
 
 
 def ema_update(momentum_params: Iterable[torch.Tensor], online_params: Iterable[torch.Tensor], m: float) -> None:
@@ -71,7 +177,8 @@ def gathered(tensor: torch.Tensor) -> torch.Tensor:
 
 @part("negatives", "momentum")
 class MomentumQueue(nn.Module):
-    """ξ and the queue; built empty, then `track(backbone)` copies (or, under `reference`, re-initialises) ξ."""
+    """ξ and the queue (a `NegativesPart`); built empty, then `track(encoder)` copies its backbone into ξ (or, under
+    `reference`, re-initialises the copy)."""
 
     def __init__(self, momentum: float = 0.995, queue_size: int = 160, convention: str = "paper") -> None:
         super().__init__()
@@ -91,9 +198,10 @@ class MomentumQueue(nn.Module):
         self.queue_ids: torch.Tensor | None = None  # (k,) each entry's sentence (sentence_keys)
         self.emptied_at_epoch = -1  # reference: the epoch whose start last emptied the queue (a resume keeps it)
 
-    def track(self, online: nn.Module) -> None:
-        """ξ as a copy of `online` (frozen parameters shared, not copied: they never change), or under `reference`
-        a full copy re-initialised at random."""
+    def track(self, encoder: SentenceEncoder) -> None:
+        """ξ as a copy of the encoder's backbone θ (frozen parameters shared, not copied: they never change), or
+        under `reference` a full copy re-initialised at random."""
+        online = encoder.backbone
         frozen = (
             {} if self.convention == "reference" else {id(p): p for p in online.parameters() if not p.requires_grad}
         )
@@ -144,6 +252,41 @@ class MomentumQueue(nn.Module):
         self.queue = torch.cat([self.queue.to(keys.device), keys])[-self.queue_size :]
         self.queue_ids = torch.cat([self.queue_ids.to(ids.device), ids])[-self.queue_size :]
 
+    def training_batch(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return batch
+
+    def step_negatives(
+        self,
+        batch: dict[str, torch.Tensor],
+        z1: torch.Tensor,
+        z2: torch.Tensor,
+        *,
+        encoder: SentenceEncoder,
+        loss: nn.Module,
+        chunk: int | None,
+    ) -> StepNegatives:
+        """ESimCSE's step before its loss: every rank's anchors' sentence keys (`sentence_keys`, gathered), the EMA
+        update of ξ (θ as it stands before this step's update), then the queue as it stood before this step, without
+        the entries of this global batch's sentences."""
+        anchors = anchor_batch(batch)
+        sentences = gathered(sentence_keys(anchors["input_ids"], anchors["attention_mask"]))
+        self.update(encoder.backbone)
+        return StepNegatives(negatives=self.negatives(sentences), sentences=sentences)
+
+    def global_loss(self, loss: nn.Module, z1: torch.Tensor, z2: torch.Tensor, step: StepNegatives) -> LossOutput:
+        return apply_negatives(loss, z1, z2, step)
+
+    @torch.no_grad()
+    def after_loss(
+        self, batch: dict[str, torch.Tensor], step: StepNegatives, *, encoder: SentenceEncoder, chunk: int | None
+    ) -> None:
+        """ξ (eval mode, no gradient) embeds this batch's anchors through the online pooling and its train-only MLP
+        (ESimCSE's q = MLP_θ(Enc_ξ(x))); every rank's keys join the queue. In GradCache's chunks when it is on."""
+        keys = in_chunks(
+            lambda rows: encoder(rows, train_head=True, backbone=self.backbone), anchor_batch(batch), chunk
+        )
+        self.enqueue(keys, step.sentences)
+
     def on_epoch_start(self, epoch: int) -> None:
         """The released code empties the queue at each epoch start (`reference`); the paper's queue goes on. A run
         resumed mid-epoch starts that epoch again in Lightning: the queue it saved is kept."""
@@ -173,33 +316,29 @@ class MomentumQueue(nn.Module):
         device = next(self.parameters(), queue).device
         self.queue, self.queue_ids = queue.to(device), state["queue_ids"].to(device)
 
+    def check_config(self, cfg: Mapping[str, Any]) -> None:
+        """What negatives=momentum cannot go with, before any model loads: a loss without a negatives' denominator
+        (`Objective.negatives_refusal`), an adapter under `reference` (its random start has no counterpart when the
+        base is frozen), trainer=fsdp (ξ is not sharded)."""
+        refuse_loss_without_negatives(
+            cfg, "negatives=momentum", "ESimCSE's queue adds negatives to a loss's denominator."
+        )
+        if self.convention == "reference" and cfg.get("adapter"):
+            raise SentembConfigError(
+                "negatives.convention=reference with adapter=: the released code starts the momentum encoder from "
+                "random weights and trains every weight; with a frozen base the random base would never be replaced "
+                "by the pretrained one as it is there. Fix: negatives.convention=paper, or no adapter"
+            )
+        refuse_sharded(cfg, "negatives=momentum", "the momentum encoder is a whole copy of the model, not sharded")
+
 
 def check_negatives(cfg: Mapping[str, Any]) -> None:
-    """negatives=momentum's options, and what it cannot go with, before any model loads: a loss without a negatives'
-    denominator (`Objective.negatives_refusal`), an adapter under `reference` (its random start has no counterpart
-    when the base is frozen), trainer=fsdp (ξ is not sharded)."""
+    """The configured negatives part's own pre-run checks, before any model loads: built from its config (its
+    constructor checks its options; nothing is copied or loaded until `track`), then its `check_config` (the loss and
+    trainer it cannot go with). Nothing without a negatives= group."""
     node = cfg.get("negatives")
     if not node:
         return
-    options = {key: value for key, value in node.items() if key != "name"}
-    queue = MomentumQueue(**options)  # its own option checks; nothing is copied until track()
-    loss = cfg.get("loss") or {}
-    objective = lookup("loss", loss.get("name")).build
-    reason = objective.negatives_refusal(loss)
-    if reason:
-        raise SentembConfigError(
-            f"negatives=momentum with loss={loss.get('name')}: {reason} ESimCSE's queue adds negatives to a loss's "
-            "denominator. Fix: a loss that takes extra negatives (infonce, focal, arccon, mpt, met, mat, paradigm), "
-            "or no negatives= group"
-        )
-    if queue.convention == "reference" and cfg.get("adapter"):
-        raise SentembConfigError(
-            "negatives.convention=reference with adapter=: the released code starts the momentum encoder from random "
-            "weights and trains every weight; with a frozen base the random base would never be replaced by the "
-            "pretrained one as it is there. Fix: negatives.convention=paper, or no adapter"
-        )
-    if is_sharded(cfg.get("trainer") or {}):
-        raise SentembConfigError(
-            "negatives=momentum with trainer=fsdp: the momentum encoder is a whole copy of the model, not sharded. "
-            "Fix: trainer=ddp (or one device)"
-        )
+    check = getattr(build_part("negatives", node), "check_config", None)
+    if check is not None:  # a part of your own may declare none
+        check(cfg)
