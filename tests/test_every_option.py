@@ -57,7 +57,8 @@ NEEDS_A_VALUE = {("loss", "sum"): ("loss.terms", "loss.terms={infonce: {weight: 
 # on decoders), MNTP with a decoder (it predicts next tokens)
 DECODER_MODELS = [o for o in OPTIONS["model"] if "bidirectional" in (CONF_DIR / "model" / f"{o}.yaml").read_text()]
 COMPANIONS = {("model", option): ["pooling=mean"] for option in DECODER_MODELS} | {
-    ("head", "mntp"): ["model=tiny-llama", "pooling=mean"]
+    ("head", "mntp"): ["model=tiny-llama", "pooling=mean"],
+    ("head", "diffcse"): ["pooling.mlp=none"],  # its projector takes the MLP's place
 }
 ONE_STEP = ["trainer.max_steps=1", "eval.every_n_steps=1", "eval.at_start=false", "data.batch_size=8"]
 
@@ -285,6 +286,10 @@ def run_overrides(group: str, option: str, corpus: Path, stsb: Path, tmp_path: P
     cfg = compose_train(overrides, tmp_path)
     if group != "model" and "model=tiny-llama" not in overrides:
         overrides += tiny_stand_in(cfg)
+    if cfg.get("head") and cfg.head.get("generator") not in (None, "uniform", "tiny"):  # DiffCSE's hub masked LM
+        overrides.append("head.generator=tiny")
+    if cfg.get("negatives") and cfg.negatives.get("complementary") not in (None, "initial"):  # DCLR's hub SimCSE
+        overrides.append("negatives.complementary=initial")
     if cfg.get("head") and "cache_dir" in cfg.head:  # SARCSE's token-frequency cache, kept out of the home directory
         overrides.append(f"head.cache_dir={tmp_path / 'cache'}")
     # a sweep's job keeps its swept batch size

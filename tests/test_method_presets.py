@@ -1,5 +1,6 @@
-"""The ESimCSE, SNCSE, HiCL and SARCSE presets (conf/experiment/) and HiCL's tuning searches (conf/hparams_search/
-hicl_table13*.yaml) compose and hold the values their papers and released scripts give (docs/methods.md).
+"""The ESimCSE, SNCSE, HiCL, SARCSE, DiffCSE and DCLR presets (conf/experiment/), Focal-InfoNCE on DiffCSE and DCLR
+(its Table 3), and HiCL's tuning searches (conf/hparams_search/hicl_table13*.yaml) compose and hold the values their
+papers and released scripts give (docs/methods.md).
 
 Composition only: nothing trains here (the tiny presets run through the Trainer in their own tests)."""
 
@@ -69,6 +70,37 @@ PRESETS = {
     **{f"hicl_{name}": values for name, values in HICL.items()},
     **{f"sarcse_{bb}": values for bb, values in SARCSE.items()},
 }
+# DiffCSE's run_diffcse.sh (bert-base only, docs/methods.md#diffcse): lr, batch, masking ratio, λ, epochs, generator,
+# fp16; RoBERTa's lr, masking ratio and λ *unverified*, its batch and epochs not found (BERT's kept)
+DIFFCSE = {
+    "bert_base": {"model": "bert-base-uncased", "lr": 7e-6, "batch": 64, "masking_ratio": 0.3, "weight": 0.005,
+                  "epochs": 2, "generator": "distilbert-base-uncased"},
+    "roberta_base": {"model": "roberta-base", "lr": 1e-5, "batch": 64, "masking_ratio": 0.2, "weight": 0.005,
+                     "epochs": 2, "generator": "distilroberta-base"},
+}  # fmt: skip
+# the preset lines that must say their value is unverified or was not found (as the spec marks them)
+DIFFCSE_UNVERIFIED = {"roberta_base": {"lr": "*unverified*", "masking_ratio": "*unverified*", "weight": "*unverified*",
+                                       "batch_size": "not found", "max_epochs": "not found"}}  # fmt: skip
+# DCLR's run.sh (docs/methods.md#dclr): init, batch (large: 4 GPUs × 64), lr, epochs, φ, noise_times; fp32 (its --fp16
+# is commented out); the complementary model SimCSE's released base one (for the large ones too: *unverified*)
+SIMCSE_BERT, SIMCSE_ROBERTA = "princeton-nlp/unsup-simcse-bert-base-uncased", "princeton-nlp/unsup-simcse-roberta-base"
+DCLR = {
+    "bert_base": {"model": "bert-base-uncased", "batch": 128, "lr": 3e-5, "epochs": 3, "phi": 0.9, "noise_times": 1,
+                  "complementary": SIMCSE_BERT},
+    "roberta_base": {"model": "roberta-base", "batch": 128, "lr": 3e-5, "epochs": 3, "phi": 0.85, "noise_times": 2.5,
+                     "complementary": SIMCSE_ROBERTA},
+    "bert_large": {"model": "princeton-nlp/unsup-simcse-bert-large-uncased", "batch": 256, "lr": 3e-5, "epochs": 1,
+                   "phi": 0.9, "noise_times": 3, "complementary": SIMCSE_BERT},
+    "roberta_large": {"model": "princeton-nlp/unsup-simcse-roberta-large", "batch": 256, "lr": 1e-5, "epochs": 1,
+                      "phi": 0.85, "noise_times": 5, "complementary": SIMCSE_ROBERTA},
+}  # fmt: skip
+# Focal-InfoNCE's Table 3 gives no m or τ per method: its Table 1 values per backbone (experiment=focal_<backbone>)
+FOCAL = {"bert_base": (0.07, 0.3), "roberta_base": (0.05, 0.3)}
+FOCAL_ON = {f"focal_{method}_{bb}": (method, bb) for method in ("diffcse", "dclr") for bb in FOCAL}
+DIFFCSE_DCLR = {
+    **{f"diffcse_{bb}": values for bb, values in DIFFCSE.items()},
+    **{f"dclr_{bb}": values for bb, values in DCLR.items()},
+}
 # each tiny preset: the base preset it runs at toy size, and the model it runs on
 TINY = {
     "esimcse_tiny": ("esimcse_bert_base", "tiny"),
@@ -77,11 +109,16 @@ TINY = {
     "hicl_esimcse_tiny": ("hicl_esimcse_bert_base", "tiny"),
     "hicl_sncse_tiny": ("hicl_sncse_bert_base", "tiny"),
     "sarcse_tiny": ("sarcse_roberta_base", "tiny-roberta"),
+    "diffcse_tiny": ("diffcse_bert_base", "tiny"),
+    "focal_diffcse_tiny": ("focal_diffcse_bert_base", "tiny"),
+    "dclr_tiny": ("dclr_bert_base", "tiny"),
+    "focal_dclr_tiny": ("focal_dclr_bert_base", "tiny"),
 }
 # what a tiny preset may change in its base preset: the model, the run's size, CPU precision, the queue's length
 TINY_CHANGES = {"task_name", "data.batch_size", "negatives.queue_size", "trainer.precision", "trainer.max_steps"}
 TINY_CHANGES |= {"eval.every_n_steps", "soft_negatives.source"}
-METHOD_PREFIXES = ("esimcse_", "sncse_", "hicl_", "sarcse_")
+TINY_CHANGES |= {"head.generator", "negatives.complementary"}  # DiffCSE's and DCLR's offline stand-ins
+METHOD_PREFIXES = ("esimcse_", "sncse_", "hicl_", "sarcse_", "diffcse_", "dclr_", "focal_diffcse_", "focal_dclr_")
 # HiCL A.4: stage 1's α grid, stage 2's learning rates per method
 ALPHAS = [0.01, 0.05, 0.15]
 LR_GRIDS = {"simcse": [5e-6, 1e-5, 3e-5, 5e-5], "esimcse": [5e-6, 1e-5, 3e-5], "sncse": [5e-6, 1e-5]}
@@ -110,7 +147,7 @@ def flat(cfg: DictConfig) -> dict[str, object]:
 
 def test_every_method_preset_file_is_in_the_tables():
     files = {p.stem for p in (CONF_DIR / "experiment").glob("*.yaml") if p.stem.startswith(METHOD_PREFIXES)}
-    assert files == set(PRESETS) | set(TINY)
+    assert files == set(PRESETS) | set(DIFFCSE_DCLR) | set(FOCAL_ON) | set(TINY)
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
@@ -144,7 +181,7 @@ def test_preset_holds_the_papers_values(name, tmp_path):
         assert cfg.pooling.mlp == "train"
 
 
-@pytest.mark.parametrize("name", sorted(n for n in PRESETS if not n.startswith("hicl_")))
+@pytest.mark.parametrize("name", sorted(n for n in [*PRESETS, *DIFFCSE_DCLR, *FOCAL_ON] if not n.startswith("hicl_")))
 def test_non_hicl_presets_cut_at_32_tokens(name, tmp_path):
     cfg = compose_train([f"experiment={name}"], tmp_path)
     assert cfg.data.max_length == 32
@@ -167,6 +204,78 @@ def test_sarcse_presets_hold_section_3_1(name, tmp_path):
     assert (head.co_t, head.co_c, head.weighting) == (500, 3, "self_adaptive")
 
 
+@pytest.mark.parametrize("backbone", sorted(DIFFCSE))
+def test_diffcse_presets_hold_the_released_script(backbone, tmp_path):
+    want, name = DIFFCSE[backbone], f"diffcse_{backbone}"
+    cfg = compose_train([f"experiment={name}"], tmp_path)
+    assert choice(cfg, "experiment") == name and cfg.task_name == name
+    assert cfg.model.name_or_path == want["model"]
+    assert (cfg.data.batch_size, cfg.optimizer.lr, cfg.trainer.max_epochs) == (
+        want["batch"],
+        want["lr"],
+        want["epochs"],
+    )
+    assert choice(cfg, "pooling") == "cls" and cfg.pooling.mlp == "none", "the projector takes the MLP's place"
+    assert choice(cfg, "head") == "diffcse" and choice(cfg, "loss") == "infonce" and cfg.loss.tau == 0.05
+    head = cfg.head
+    assert (head.generator, head.masking_ratio, head.weight) == (
+        want["generator"],
+        want["masking_ratio"],
+        want["weight"],
+    )
+    assert head.convention == "paper"
+    assert cfg.trainer.precision == FP16 and cfg.eval.every_n_steps == 125 and cfg.eval.select == "stsb_dev"
+    assert cfg.get("negatives") is None and cfg.get("soft_negatives") is None
+
+
+@pytest.mark.parametrize("backbone", sorted(DIFFCSE_UNVERIFIED))
+def test_diffcse_roberta_marks_what_the_released_code_does_not_give(backbone):
+    lines = (CONF_DIR / "experiment" / f"diffcse_{backbone}.yaml").read_text(encoding="utf-8").splitlines()
+    for key, mark in DIFFCSE_UNVERIFIED[backbone].items():
+        (line,) = [x for x in lines if re.match(rf"^\s+{key}:", x)]
+        assert mark in line, f"{key}: {line.strip()} does not say {mark}"
+
+
+@pytest.mark.parametrize("backbone", sorted(DCLR))
+def test_dclr_presets_hold_the_released_script(backbone, tmp_path):
+    want, name = DCLR[backbone], f"dclr_{backbone}"
+    cfg = compose_train([f"experiment={name}"], tmp_path)
+    assert choice(cfg, "experiment") == name and cfg.task_name == name
+    assert cfg.model.name_or_path == want["model"]
+    assert (cfg.data.batch_size, cfg.optimizer.lr, cfg.trainer.max_epochs) == (
+        want["batch"],
+        want["lr"],
+        want["epochs"],
+    )
+    assert choice(cfg, "pooling") == "cls" and cfg.pooling.mlp == "train"
+    assert choice(cfg, "loss") == "infonce" and cfg.loss.tau == 0.05 and cfg.trainer.precision == FP32
+    assert choice(cfg, "negatives") == "dclr"
+    negatives = cfg.negatives
+    assert (negatives.phi, negatives.noise_times) == (want["phi"], want["noise_times"])
+    assert (negatives.ascent_steps, negatives.step_size) == (4, 1e-3)
+    assert (negatives.complementary, negatives.convention) == (want["complementary"], "paper")
+    # DCLR selects on the average of STS-B and SICK-R dev, which sentemb has not: STS-B dev selects, SICK-R is scored
+    assert (cfg.eval.every_n_steps, cfg.eval.select, cfg.eval.score_sickr_dev) == (125, "stsb_dev", True)
+    assert choice(cfg, "head") is None and cfg.get("soft_negatives") is None
+
+
+@pytest.mark.parametrize("name", sorted(FOCAL_ON))
+def test_focal_on_a_method_is_the_method_with_focal_infonce(name, tmp_path):
+    method, backbone = FOCAL_ON[name]
+    focal = compose_train([f"experiment={name}"], tmp_path)
+    base = compose_train([f"experiment={method}_{backbone}"], tmp_path)
+    table_1 = compose_train([f"experiment=focal_{backbone}"], tmp_path)
+    assert choice(focal, "experiment") == name and focal.task_name == name
+    assert choice(focal, "loss") == focal.loss.name == "focal"
+    assert (focal.loss.tau, focal.loss.m) == FOCAL[backbone] == (table_1.loss.tau, table_1.loss.m)
+    assert (focal.loss.symmetric, focal.loss.convention) == (False, "paper")
+    for group in ("model", "pooling", "head", "negatives", "soft_negatives"):
+        assert choice(focal, group) == choice(base, group), group
+    small, large = flat(focal), flat(base)
+    changed = {k for k in small.keys() | large.keys() if small.get(k) != large.get(k)}
+    assert {k for k in changed if not k.startswith("loss.")} == {"task_name"}, f"{name} changes {sorted(changed)}"
+
+
 @pytest.mark.parametrize("name", sorted(TINY))
 def test_tiny_preset_is_its_base_preset_at_toy_size(name, tmp_path):
     base, model = TINY[name]
@@ -177,8 +286,12 @@ def test_tiny_preset_is_its_base_preset_at_toy_size(name, tmp_path):
     assert 0 < tiny.trainer.max_steps <= 20 and 0 < tiny.eval.every_n_steps <= tiny.trainer.max_steps
     for group in ("pooling", "loss", "negatives", "soft_negatives", "head"):
         assert choice(tiny, group) == choice(full, group), group
-    if tiny.get("negatives"):
+    if choice(tiny, "negatives") == "momentum":
         assert tiny.negatives.queue_size == 40, "ESimCSE's 2.5 × the batch"
+    if choice(tiny, "negatives") == "dclr":
+        assert tiny.negatives.complementary == "initial", "offline"
+    if choice(tiny, "head") == "diffcse":
+        assert tiny.head.generator in ("tiny", "uniform"), "offline"
     if tiny.get("soft_negatives"):
         assert tiny.soft_negatives.source == "rule", "offline"
     small, large = flat(tiny), flat(full)
@@ -186,7 +299,7 @@ def test_tiny_preset_is_its_base_preset_at_toy_size(name, tmp_path):
     assert changed <= TINY_CHANGES, f"{name} changes {sorted(changed - TINY_CHANGES)} of {base}"
 
 
-@pytest.mark.parametrize("name", sorted([*PRESETS, *TINY]))
+@pytest.mark.parametrize("name", sorted([*PRESETS, *DIFFCSE_DCLR, *FOCAL_ON, *TINY]))
 def test_every_value_of_a_method_preset_names_its_source(name):
     path = CONF_DIR / "experiment" / f"{name}.yaml"
     lines = path.read_text(encoding="utf-8").splitlines()

@@ -13,7 +13,7 @@ import torch
 from sentemb.common.metric_names import DEV_SPEARMAN_BEST_RESCORED, TEST_SPEARMAN
 from tests.test_train import run
 
-# esimcse_tiny runs in make test; the other five (10–20 s each on 2 cores) in make test-slow
+# esimcse_tiny runs in make test; the others (10–20 s each on 2 cores) in make test-slow
 PRESETS = {
     "esimcse_tiny": ("queue",),
     "sncse_tiny": ("train/loss/soft_negative",),
@@ -21,6 +21,10 @@ PRESETS = {
     "hicl_esimcse_tiny": ("train/loss/local", "queue"),
     "hicl_sncse_tiny": ("train/loss/local", "train/loss/soft_negative"),
     "sarcse_tiny": ("train/loss/reconstruction",),
+    "diffcse_tiny": ("train/loss/rtd",),
+    "focal_diffcse_tiny": ("train/loss/rtd",),
+    "dclr_tiny": ("train/dclr/excluded_share",),
+    "focal_dclr_tiny": ("train/dclr/excluded_share",),
 }
 
 
