@@ -15,8 +15,8 @@ Scores: the job's own `stsb/dev/spearman_best_rescored` and `stsb/test/spearman`
 intervals. Across seeds: mean ± sample std and the 95% t-interval of each method; each method against SimCSE by the
 paired t-test over the seeds both ran, Holm over the five comparisons (sentemb.eval.significance). `--table focal`
 also: the alignment and uniformity (Wang & Isola, as SimCSE and Focal-InfoNCE's Table 3 measure them; the functions of
-sentemb.eval.geometry that `python -m sentemb.evaluate` reports) of the kept checkpoint on STS-B test, computed here
-from that checkpoint after each run (the training job does not record them), tested against SimCSE the same way.
+sentemb.eval.geometry that `python -m sentemb.evaluate` reports) of the kept checkpoint on STS-B test, as the training
+job records them (`stsb/test/alignment`, `stsb/test/uniformity`), tested against SimCSE the same way.
 
 Focal-InfoNCE's Table 3 on MiniLM (`--table focal`): simcse, focal (SimCSE with loss=focal), diffcse, focal_diffcse,
 dclr, focal_dclr; offline stand-ins, stated in the report: DiffCSE's generator is head.generator=uniform (uniformly
@@ -75,12 +75,13 @@ from sentemb.common.hydra_plumbing import compose_config  # noqa: E402
 from sentemb.common.metric_names import (  # noqa: E402
     BEST_STEP,
     DEV_SPEARMAN_BEST_RESCORED,
+    TEST_ALIGNMENT,
     TEST_SPEARMAN,
+    TEST_UNIFORMITY,
     interval_names,
     read_metric,
 )
 from sentemb.common.paths import CONF_DIR, resolve_data_root  # noqa: E402
-from sentemb.eval.geometry import alignment_uniformity  # noqa: E402
 from sentemb.eval.significance import holm, paired_t_test, t_interval  # noqa: E402
 
 EXPERIMENT = "experiment=simcse_minilm"
@@ -139,8 +140,8 @@ FOCAL_NOTES = [
     "packaged all-MiniLM-L6-v2, itself a trained sentence encoder), not DCLR's princeton-nlp/unsup-simcse-bert-base-"
     "uncased (offline: no hub).",
     "Alignment and uniformity (lower is better, Wang & Isola; positives: STS-B test pairs with gold ≥ 4, uniformity "
-    "over its distinct sentences, t = 2) of each run's kept checkpoint, computed by this script from that checkpoint "
-    "with sentemb.eval.geometry (the training job does not record them).",
+    "over its distinct sentences, t = 2) of each run's kept checkpoint, as the training job records them from the "
+    "STS-B test embeddings it scores (stsb/test/alignment, stsb/test/uniformity).",
 ]
 TABLES: dict[str, dict[str, list[str]]] = {"hicl": METHODS, "focal": FOCAL_METHODS}
 TABLE_NOTES = {"hicl": NOTES, "focal": FOCAL_NOTES}
@@ -258,23 +259,6 @@ def score(metrics: dict[str, Any], name: str) -> tuple[float, float, float]:
     return float(read_metric(metrics, name)), float(metrics[low]), float(metrics[high])
 
 
-def geometry(checkpoint: str | Path, stsb_dir: Path) -> dict[str, Any]:
-    """Alignment and uniformity of a training checkpoint's encoder on STS-B test (sentemb.eval.geometry, as
-    `python -m sentemb.evaluate` computes them: whole sentences, batches of 128)."""
-    from sentemb.encoders.build import load_checkpoint_encoder
-    from sentemb.eval.cache import EmbeddingCache
-    from sentemb.eval.sts import read_stsb_split
-
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    encoder, _ = load_checkpoint_encoder(checkpoint, device)
-    pairs = read_stsb_split(stsb_dir / "sts-test.csv")
-    embed = EmbeddingCache(encoder, batch_size=128, show_progress=False)
-    embed.prefetch(pairs.first + pairs.second)
-    figures = alignment_uniformity(pairs, embed)
-    del encoder, embed
-    return figures
-
-
 def train_one(method: str, seed: int, run_dir: Path, settings: dict[str, Any]) -> dict[str, Any]:
     """Train one run in this process; its scores and step figures (also written to <run_dir>/result.json)."""
     from sentemb.train import train
@@ -287,7 +271,6 @@ def train_one(method: str, seed: int, run_dir: Path, settings: dict[str, Any]) -
     started = time.perf_counter()
     try:
         cfg = composed(overrides, run_dir)
-        stsb_dir = Path(str(cfg.eval.stsb_dir))
         metrics = train(cfg)
         dev, dev_low, dev_high = score(metrics, DEV_SPEARMAN_BEST_RESCORED)
         test, test_low, test_high = score(metrics, TEST_SPEARMAN)
@@ -301,10 +284,8 @@ def train_one(method: str, seed: int, run_dir: Path, settings: dict[str, Any]) -
             "best_step": int(metrics[BEST_STEP]),
             **step_figures(steps, settings["skip_steps"]),
         }
-        if settings.get("geometry"):  # before the checkpoint is deleted
-            figures = geometry(metrics["best_checkpoint"], stsb_dir)
-            record |= {key: figures[key] for key in GEOMETRY}
-            record["geometry_pairs"] = [figures["positive_pairs"], figures["sentences"]]
+        if settings.get("geometry"):  # the job's own, of the kept checkpoint's STS-B test embeddings
+            record |= {"alignment": float(metrics[TEST_ALIGNMENT]), "uniformity": float(metrics[TEST_UNIFORMITY])}
     except Exception as err:  # one failed method must not cost the others' runs
         traceback.print_exc()
         record |= {"status": "failed", "error": f"{type(err).__name__}: {err}"}

@@ -7,14 +7,12 @@ from __future__ import annotations
 import csv
 import math
 import os
-import socket
 from pathlib import Path
 
 import lightning as L
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 from torch.utils.data import DataLoader
 from transformers import AutoModel, BertConfig, BertModel
@@ -28,9 +26,9 @@ from sentemb.training.dclr import EXCLUDED_SHARE, DCLRNegatives, PoolerOutput, T
 from sentemb.training.module import SentembModule
 from sentemb.training.sharding import STRATEGY_TARGET
 from tests.conftest import compose_train
-from tests.test_ddp_gradients import StepLoss
+from tests.test_ddp_gradients import StepLoss, rank_rows, spawned
 from tests.test_momentum import PARTS
-from tests.test_resume import StopAfter, logged
+from tests.test_resume import resumed_losses, stopped_and_resumed
 from tests.test_train import run
 
 SENTENCES = [
@@ -227,6 +225,16 @@ def test_the_initial_complementary_model_is_outside_the_state_and_parameters_and
     assert same(snapshot(resumed.negatives.frozen[0].encoder), initial)
 
 
+def test_a_lora_run_keeps_the_complementary_model_out_of_its_checkpoint(tmp_path):
+    module = module_of(["adapter=lora"], tmp_path)
+    kept = module.trained_keys()
+    assert kept and not any(key.startswith("negatives") for key in kept), "only the run's own trained weights"
+    complementary = module.negatives.frozen[0]
+    assert not any(p.requires_grad for p in complementary.parameters()), "its copies of the LoRA weights are frozen"
+    trained = {id(p) for p in module.parameters() if p.requires_grad}
+    assert trained.isdisjoint(id(p) for p in complementary.parameters()), "no trained weight is shared with it"
+
+
 def test_the_complementary_model_embeds_both_views_with_dropout_on(tmp_path):
     module = module_of(["model.dropout=0.0"], tmp_path)
     batch = tokens(module, SENTENCES[:4])
@@ -340,6 +348,15 @@ def test_a_tiny_dclr_run_trains_and_logs_its_excluded_share(convention, tiny_ove
     assert not any(key.startswith("negatives") for key in state), "nothing of DCLR is saved"
 
 
+@pytest.mark.parametrize("loss", ["mpt", "met", "mat"])
+def test_a_loss_without_tau_takes_dclr_with_an_ascent_temperature(loss, tmp_path):
+    module = module_of([f"loss={loss}", "negatives.ascent_tau=0.05"], tmp_path)
+    check_parts(compose_train(["model=tiny", "negatives=dclr", f"loss={loss}", "negatives.ascent_tau=0.05"], tmp_path))
+    backward, total, logged = module.step_loss(tokens(module, SENTENCES))
+    backward.backward()
+    assert torch.isfinite(total) and 0 <= float(logged[EXCLUDED_SHARE]) <= 1
+
+
 # ---- refusals before any model loads
 
 
@@ -349,7 +366,8 @@ def test_a_tiny_dclr_run_trains_and_logs_its_excluded_share(convention, tiny_ove
         (["loss=barlow"], "negatives=dclr with loss=barlow: .*no negatives' denominator"),
         (["loss=vicreg"], "loss=vicreg takes no extra negatives"),
         (["loss=paradigm", "loss.convention=reference"], "convention=reference takes no extra negatives"),
-        (["loss=mpt"], "loss=mpt: the loss has no temperature loss.tau"),
+        (["loss=mpt"], "loss=mpt: the loss has no temperature loss.tau.*negatives.ascent_tau=0.05"),
+        (["negatives.ascent_tau=0"], "negatives.ascent_tau=0"),
         (["loss=sum", "loss.terms={infonce: {weight: 1.0}}"], "loss=sum: the loss has no temperature"),
         (["negatives.convention=reference", "loss=focal"], "negatives.convention=reference with loss=focal"),
         (["negatives.convention=reference", "loss.symmetric=true"], "loss.symmetric=true"),
@@ -399,11 +417,9 @@ def _worker(rank: int, world: int, port: int, config: dict, batches: list, out: 
     module = SentembModule.from_config(config)
     ddp = torch.nn.parallel.DistributedDataParallel(StepLoss(module))
     for step, batch in enumerate(batches):
-        n = batch["input_ids"].shape[0] // world
-        local = {k: v[rank * n : (rank + 1) * n] for k, v in batch.items()}
         module.zero_grad()
         torch.manual_seed(100 + step + rank)  # the ranks' own streams: rank 0's noise is every rank's
-        backward, total = ddp(local)
+        backward, total = ddp(rank_rows(batch, rank, world))
         module.backward(backward)
         out[(rank, step)] = (total.detach(), {name: p.grad.clone() for name, p in module.named_parameters()})
     dist.destroy_process_group()
@@ -419,11 +435,7 @@ def test_ddp_with_dclr_equals_one_process_on_the_concatenated_batch(convention, 
     torch.manual_seed(0)
     single = SentembModule.from_config(config)
     batches = [tokens(single, SENTENCES), tokens(single, SENTENCES[::-1])]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    out = mp.Manager().dict()
-    mp.spawn(_worker, args=(2, port, config, batches, out), nprocs=2, join=True)
+    out = spawned(_worker, config, batches)
     for step, batch in enumerate(batches):
         single.zero_grad()
         torch.manual_seed(100 + step)  # rank 0's stream: the same noise
@@ -441,20 +453,8 @@ def test_ddp_with_dclr_equals_one_process_on_the_concatenated_batch(convention, 
 def test_a_resumed_dclr_run_equals_the_uninterrupted_run(tiny_overrides, small_stsb, tmp_path, monkeypatch):
     """The noise comes from the global RNG (restored), the complementary model is rebuilt from the initial weights:
     the resumed run's losses are the uninterrupted run's, bit for bit."""
-    import sentemb.train
-
     job = [*tiny_overrides, f"eval.stsb_dir={small_stsb}", "trainer.max_steps=4", "eval.every_n_steps=2",
            "negatives=dclr", "negatives.phi=0.9999"]  # fmt: skip
-    run(job, tmp_path / "full")
-    build_trainer = sentemb.train.build_trainer
-    monkeypatch.setattr(
-        sentemb.train,
-        "build_trainer",
-        lambda cfg, extra_callbacks=(): build_trainer(cfg, [*extra_callbacks, StopAfter(2)]),
-    )
-    run(job, tmp_path / "stopped")
-    monkeypatch.undo()
-    run([*job, f"ckpt_path={tmp_path / 'stopped' / 'checkpoints' / 'last.ckpt'}"], tmp_path / "resumed")
-    losses = logged(tmp_path / "full", "train/loss")
-    resumed = {**logged(tmp_path / "stopped", "train/loss"), **logged(tmp_path / "resumed", "train/loss")}
+    stopped_and_resumed(job, tmp_path, monkeypatch, stop_after=2)
+    losses, resumed = resumed_losses(tmp_path)
     assert len(losses) == 4 and resumed == losses

@@ -69,6 +69,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def rank_rows(batch: dict[str, torch.Tensor], rank: int, world: int) -> dict[str, torch.Tensor]:
+    """This rank's slice of a global batch (DistributedSampler's contiguous share)."""
+    n = batch["input_ids"].shape[0] // world
+    return {k: v[rank * n : (rank + 1) * n] for k, v in batch.items()}
+
+
+def spawned(worker, *args) -> dict:
+    """`worker(rank, 2, port, *args, out)` in 2 gloo processes; what they put in `out`."""
+    out = mp.Manager().dict()
+    mp.spawn(worker, args=(2, _free_port(), *args, out), nprocs=2, join=True)
+    return dict(out)
+
+
 @pytest.fixture(scope="module")
 def configs(tmp_path_factory) -> dict[str, dict]:
     out = {}

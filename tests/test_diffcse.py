@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import math
 import os
-import socket
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 from sentemb.common.errors import SentembConfigError
@@ -19,8 +17,8 @@ from sentemb.encoders.heads.diffcse import DiffCSEHead, masked_inputs, selected_
 from sentemb.training.checks import check_parts
 from sentemb.training.module import SentembModule
 from tests.conftest import compose_train
-from tests.test_ddp_gradients import StepLoss
-from tests.test_resume import StopAfter, logged
+from tests.test_ddp_gradients import StepLoss, gradients, rank_rows, spawned
+from tests.test_resume import logged, resumed_losses, stopped_and_resumed
 from tests.test_train import run
 
 SENTENCES = [
@@ -234,26 +232,12 @@ def test_a_tiny_diffcse_run_trains_and_logs_the_rtd_term(tiny_overrides, tmp_pat
 
 @pytest.mark.slow  # three training runs (make test-slow)
 def test_a_resumed_diffcse_run_equals_the_uninterrupted_run(tiny_overrides, tmp_path, monkeypatch):
-    import sentemb.train
-
     overrides = [*tiny_overrides, *DIFFCSE, "trainer.max_steps=6", "eval.every_n_steps=3"]
-    full = run(overrides, tmp_path / "full")
-    build_trainer = sentemb.train.build_trainer
-    monkeypatch.setattr(
-        sentemb.train,
-        "build_trainer",
-        lambda cfg, extra_callbacks=(): build_trainer(cfg, [*extra_callbacks, StopAfter(3)]),
-    )
-    run(overrides, tmp_path / "stopped")
-    monkeypatch.undo()
-    last = tmp_path / "stopped" / "checkpoints" / "last.ckpt"
-    run([*overrides, f"ckpt_path={last}"], tmp_path / "resumed")
-    losses = logged(tmp_path / "full", "train/loss")
-    resumed = {**logged(tmp_path / "stopped", "train/loss"), **logged(tmp_path / "resumed", "train/loss")}
+    full, resumed, _ = stopped_and_resumed(overrides, tmp_path, monkeypatch, stop_after=3)
+    losses, resumed_run = resumed_losses(tmp_path)
     # bit-identical weights, BatchNorm statistics, optimizer, data position and RNG; the generator rebuilt the same
-    assert len(losses) == 6 and resumed == losses
-    again = run([*overrides, f"ckpt_path={last}"], tmp_path / "again")
-    assert full["stsb/test/spearman"] == again["stsb/test/spearman"]
+    assert len(losses) == 6 and resumed_run == losses
+    assert full["stsb/test/spearman"] == resumed["stsb/test/spearman"]
 
 
 # ---- DDP: 2 gloo processes equal one process on the concatenated batch
@@ -277,12 +261,10 @@ def _worker(rank: int, world: int, port: int, config: dict, batches: list, out: 
     module.encoder.pooling.projector.eval()  # per-rank batch statistics differ from one process's (see the test)
     ddp = torch.nn.parallel.DistributedDataParallel(StepLoss(module))
     for step, batch in enumerate(batches):
-        n = batch["input_ids"].shape[0] // world
-        local = {k: v[rank * n : (rank + 1) * n] for k, v in batch.items()}
         module.zero_grad()
-        backward, total = ddp(local)
+        backward, total = ddp(rank_rows(batch, rank, world))
         module.backward(backward)
-        out[(rank, step)] = {name: p.grad.clone() for name, p in module.named_parameters() if p.grad is not None}
+        out[(rank, step)] = gradients(module)
     dist.destroy_process_group()
 
 
@@ -300,16 +282,12 @@ def test_ddp_diffcse_equals_one_process_on_the_concatenated_batch(tmp_path, monk
     single.encoder.pooling.projector.eval()
     # each rank's half holds the same sentences: its per-rank RTD mean (over its real tokens) is the global one
     batches = [tokens(single, SENTENCES[:4] * 2), tokens(single, SENTENCES[4:] * 2)]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    out = mp.Manager().dict()
-    mp.spawn(_worker, args=(2, port, config, batches, out), nprocs=2, join=True)
+    out = spawned(_worker, config, batches)
     for step, batch in enumerate(batches):
         single.zero_grad()
         backward, _, _ = single.step_loss(batch)
         backward.backward()
-        expected = {name: p.grad for name, p in single.named_parameters() if p.grad is not None}
+        expected = gradients(single)
         for rank in (0, 1):
             grads = out[(rank, step)]
             assert grads.keys() == expected.keys()

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import copy
 import os
-import socket
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.hydra_plumbing import resolved_container
@@ -17,9 +15,8 @@ from sentemb.training.checks import check_parts
 from sentemb.training.module import SentembModule
 from sentemb.training.momentum import MomentumQueue, ema_update, sentence_keys
 from tests.conftest import compose_train
-from tests.test_ddp_gradients import StepLoss
-from tests.test_resume import StopAfter, logged
-from tests.test_train import run
+from tests.test_ddp_gradients import StepLoss, rank_rows, spawned
+from tests.test_resume import resumed_losses, stopped_and_resumed
 
 SENTENCES = [
     "a man is playing a guitar .", "the cat sits on the mat", "two dogs run through a field of grass",
@@ -192,26 +189,13 @@ def esimcse(tiny_overrides) -> list[str]:
 
 @pytest.mark.slow  # three training runs (make test-slow); the state's round trip is tested above in make test
 def test_a_resumed_esimcse_run_equals_the_uninterrupted_run(esimcse, tmp_path, monkeypatch):
-    import sentemb.train
-
-    full = run(esimcse, tmp_path / "full")
-    build_trainer = sentemb.train.build_trainer
-    monkeypatch.setattr(
-        sentemb.train,
-        "build_trainer",
-        lambda cfg, extra_callbacks=(): build_trainer(cfg, [*extra_callbacks, StopAfter(3)]),
-    )
-    run(esimcse, tmp_path / "stopped")
-    monkeypatch.undo()
-    last = tmp_path / "stopped" / "checkpoints" / "last.ckpt"
+    full, resumed, last = stopped_and_resumed(esimcse, tmp_path, monkeypatch, stop_after=3)
     saved = torch.load(last, map_location="cpu", weights_only=True)["state_dict"]
     assert saved["negatives._extra_state"]["queue"].shape[0] == 40, "3 steps of 16 keys, the newest 40 kept"
-    run([*esimcse, f"ckpt_path={last}"], tmp_path / "resumed")
-    losses = logged(tmp_path / "full", "train/loss")
-    resumed = {**logged(tmp_path / "stopped", "train/loss"), **logged(tmp_path / "resumed", "train/loss")}
+    losses, resumed_run = resumed_losses(tmp_path)
     # the same computation on bit-identical weights, ξ, queue, optimizer, data position and RNG: equal, not close
-    assert len(losses) == 6 and resumed == losses
-    assert full["stsb/test/spearman"] == run([*esimcse, f"ckpt_path={last}"], tmp_path / "again")["stsb/test/spearman"]
+    assert len(losses) == 6 and resumed_run == losses
+    assert full["stsb/test/spearman"] == resumed["stsb/test/spearman"]
 
 
 # ---- DDP: 2 gloo processes with the queue equal one process on the concatenated batch
@@ -225,10 +209,8 @@ def _worker(rank: int, world: int, port: int, config: dict, batches: list, out: 
     module = SentembModule.from_config(config)
     ddp = torch.nn.parallel.DistributedDataParallel(StepLoss(module))
     for step, batch in enumerate(batches):
-        n = batch["input_ids"].shape[0] // world
-        local = {k: v[rank * n : (rank + 1) * n] for k, v in batch.items()}
         module.zero_grad()
-        backward, total = ddp(local)
+        backward, total = ddp(rank_rows(batch, rank, world))
         module.backward(backward)
         grads = {name: p.grad.clone() for name, p in module.named_parameters() if p.grad is not None}
         out[(rank, step)] = (total.detach(), grads, module.negatives.queue.clone())
@@ -242,11 +224,7 @@ def test_ddp_with_the_queue_equals_one_process_on_the_concatenated_batch(tmp_pat
     torch.manual_seed(0)
     single = SentembModule.from_config(config)
     batches = [tokens(single, SENTENCES), tokens(single, SENTENCES[::-1]), tokens(single, SENTENCES[2:6] * 2)]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    out = mp.Manager().dict()
-    mp.spawn(_worker, args=(2, port, config, batches, out), nprocs=2, join=True)
+    out = spawned(_worker, config, batches)
     for step, batch in enumerate(batches):
         single.zero_grad()
         backward, total, _ = single.step_loss(batch)

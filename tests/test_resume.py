@@ -35,6 +35,32 @@ def logged(run_dir: Path, metric: str) -> dict[int, float]:
     return {int(r["step"]): float(r[metric]) for r in rows if r.get(metric)}
 
 
+def stopped_and_resumed(
+    overrides: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stop_after: int
+) -> tuple[dict, dict, Path]:
+    """`overrides` run whole (<tmp_path>/full), then stopped after `stop_after` steps (<tmp_path>/stopped, what a killed
+    job leaves) and resumed from its last.ckpt (<tmp_path>/resumed): (the whole run's metrics, the resumed run's,
+    the last.ckpt it resumed from)."""
+    full = run(overrides, tmp_path / "full")
+    build_trainer = sentemb.train.build_trainer
+    monkeypatch.setattr(
+        sentemb.train,
+        "build_trainer",
+        lambda cfg, extra_callbacks=(): build_trainer(cfg, [*extra_callbacks, StopAfter(stop_after)]),
+    )
+    run(overrides, tmp_path / "stopped")
+    monkeypatch.undo()
+    last = tmp_path / "stopped" / "checkpoints" / "last.ckpt"
+    assert last.is_file()
+    return full, run([*overrides, f"ckpt_path={last}"], tmp_path / "resumed"), last
+
+
+def resumed_losses(tmp_path: Path) -> tuple[dict[int, float], dict[int, float]]:
+    """train/loss per step of the whole run and of the stopped-then-resumed one (`stopped_and_resumed`)."""
+    resumed = {**logged(tmp_path / "stopped", "train/loss"), **logged(tmp_path / "resumed", "train/loss")}
+    return logged(tmp_path / "full", "train/loss"), resumed
+
+
 @pytest.fixture
 def overrides(tiny_overrides) -> list[str]:
     # mid-epoch (19 batches an epoch), dropout on (model.dropout: the tiny model's own 0.1), dev every 3 steps
@@ -42,20 +68,7 @@ def overrides(tiny_overrides) -> list[str]:
 
 
 def test_resumed_run_equals_the_uninterrupted_run(overrides, tmp_path, monkeypatch):
-    full = run(overrides, tmp_path / "full")
-
-    build_trainer = sentemb.train.build_trainer
-    monkeypatch.setattr(
-        sentemb.train,
-        "build_trainer",
-        lambda cfg, extra_callbacks=(): build_trainer(cfg, [*extra_callbacks, StopAfter(3)]),
-    )
-    run(overrides, tmp_path / "stopped")
-    monkeypatch.undo()
-    last = tmp_path / "stopped" / "checkpoints" / "last.ckpt"
-    assert last.is_file()
-    resumed = run([*overrides, f"ckpt_path={last}"], tmp_path / "resumed")
-
+    full, resumed, _ = stopped_and_resumed(overrides, tmp_path, monkeypatch, stop_after=3)
     losses = logged(tmp_path / "full", "train/loss")
     assert len(losses) == 6
     stopped, after = logged(tmp_path / "stopped", "train/loss"), logged(tmp_path / "resumed", "train/loss")

@@ -47,6 +47,9 @@ FINAL_STEP = "stsb/final_step"
 # after training, of the weights scored (the best checkpoint, or the final weights)
 TEST_SPEARMAN = "stsb/test/spearman"
 TEST_PEARSON = "stsb/test/pearson"
+# ... and the geometry of its STS-B test embeddings (Wang & Isola 2020, as SimCSE and Focal-InfoNCE's Table 3 report)
+TEST_ALIGNMENT = "stsb/test/alignment"
+TEST_UNIFORMITY = "stsb/test/uniformity"
 
 # SICK-R dev (SICK's trial split, cosine Spearman x100 as STS-B dev), scored only with eval.select=sickr_dev, at
 # every dev evaluation beside STS-B dev (ModelCheckpoint then monitors SICKR_DEV_SPEARMAN) ...
@@ -138,6 +141,8 @@ METRIC_NAMES = (
     FINAL_STEP,
     TEST_SPEARMAN,
     TEST_PEARSON,
+    TEST_ALIGNMENT,
+    TEST_UNIFORMITY,
 )
 
 # the names records and logs held before this scheme → today's

@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 
 from sentemb.common.errors import SentembConfigError
-from sentemb.common.metric_names import TEST_PEARSON, interval_names, sts_test_metric
+from sentemb.common.metric_names import TEST_ALIGNMENT, TEST_PEARSON, TEST_UNIFORMITY, interval_names, sts_test_metric
 from sentemb.eval.bootstrap import Resampling
 from sentemb.eval.cache import EmbeddingCache
+from sentemb.eval.geometry import alignment_uniformity
 from sentemb.eval.sts import (
     STS_TASKS,
     SentencePairs,
@@ -59,7 +60,8 @@ class HeldOutTasks:
         }
 
     def score(self, encoder: Any, batch_size: int) -> tuple[dict[str, float], dict[str, dict[str, np.ndarray]]]:
-        """({metric: value} with each score's interval bounds and STS-B's Pearson, {task: {subset: cosines}})."""
+        """({metric: value} with each score's interval bounds, STS-B's Pearson, alignment and uniformity, {task:
+        {subset: cosines}}). Alignment and uniformity read the embeddings the score computed (no second encode)."""
         metrics: dict[str, float] = {}
         similarities = {}
         for task, subsets in self.data.items():
@@ -73,4 +75,6 @@ class HeldOutTasks:
             metrics |= dict(zip(interval_names(name), (interval.low, interval.high), strict=True))
             if task == "STSBenchmark":
                 metrics[TEST_PEARSON] = result["subsets"]["test"]["pearson"]
+                geometry = alignment_uniformity(subsets["test"], cache)
+                metrics[TEST_ALIGNMENT], metrics[TEST_UNIFORMITY] = geometry["alignment"], geometry["uniformity"]
         return metrics, similarities

@@ -73,7 +73,7 @@ INITIAL = "initial"  # the encoder's own initial weights, frozen
 KEY = "negatives.complementary"
 REFERENCE_SCALE = 20.0  # the released code's `cos_sim_fix > phi * 20`, its cos_sim_fix = cos/τ (20 = 1/0.05)
 EXCLUDED_SHARE = "train/dclr/excluded_share"
-TEMPERED_LOSSES = "infonce, focal, arccon, paradigm"  # extra negatives and a temperature τ
+TEMPERED_LOSSES = "infonce, focal, arccon, paradigm"  # extra negatives and a temperature τ (others: ascent_tau)
 
 
 def is_number(value: object) -> bool:
@@ -93,6 +93,7 @@ class DCLRNegatives(nn.Module):
         phi: float = 0.9,
         complementary: str = INITIAL,
         convention: str = "paper",
+        ascent_tau: float | None = None,
     ) -> None:
         super().__init__()
         if not (is_number(noise_times) and noise_times >= 0):
@@ -125,6 +126,12 @@ class DCLRNegatives(nn.Module):
                 f"negatives.convention={convention!r} is not one of {', '.join(CONVENTIONS)}. "
                 "Fix: negatives.convention=paper (or reference: the released code's loss)"
             )
+        if ascent_tau is not None and not (is_number(ascent_tau) and ascent_tau > 0):
+            raise SentembConfigError(
+                f"negatives.ascent_tau={ascent_tau} must be a number > 0, or null (the loss's loss.tau). "
+                "Fix: negatives.ascent_tau=0.05 (DCLR's temperature)"
+            )
+        self.ascent_tau = None if ascent_tau is None else float(ascent_tau)
         self.noise_times, self.ascent_steps, self.step_size = float(noise_times), ascent_steps, float(step_size)
         self.phi, self.complementary, self.convention = float(phi), complementary, convention
         # a plain list, not a submodule: never in a state dict, DDP, the optimizer, nor moved by module.to()
@@ -140,10 +147,11 @@ class DCLRNegatives(nn.Module):
         refuse_loss_without_negatives(cfg, "negatives=dclr", why, TEMPERED_LOSSES)
         loss = cfg.get("loss") or {}
         name = loss.get("name")
-        if "tau" not in inspect.signature(lookup("loss", name).build).parameters:
+        if self.ascent_tau is None and "tau" not in inspect.signature(lookup("loss", name).build).parameters:
             raise SentembConfigError(
                 f"negatives=dclr with loss={name}: the loss has no temperature loss.tau, which the noise's gradient "
-                f"ascent (and the reference threshold) read. Fix: a loss with extra negatives and τ ({TEMPERED_LOSSES})"
+                "ascent reads by default. Fix: negatives.ascent_tau=0.05 (DCLR's temperature), or a loss with τ "
+                f"({TEMPERED_LOSSES})"
             )
         if self.convention == "reference":
             if name != "infonce":
@@ -190,8 +198,8 @@ class DCLRNegatives(nn.Module):
     ) -> StepNegatives:
         """The noise negatives (from the global z1, z2 at the loss's τ), and the false negatives the complementary
         model finds among the batch (none among the noise columns)."""
-        tau = float(loss.tau)
-        noise = self.noise_negatives(z1, z2, tau)
+        tau = float(loss.tau) if hasattr(loss, "tau") else None  # reference: infonce's, checked before the run
+        noise = self.noise_negatives(z1, z2, self.ascent_tau or tau)
         c1, c2 = self.complementary_embeddings(batch, chunk)
         flagged = self.false_negatives(c1, c2, tau)
         n = flagged.shape[0]

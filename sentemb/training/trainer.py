@@ -16,7 +16,15 @@ from lightning.pytorch.callbacks import Checkpoint, DeviceStatsMonitor, Learning
 from omegaconf import DictConfig
 
 from sentemb.common.errors import SentembConfigError
-from sentemb.common.metric_names import BEST_STEP, CI_SUFFIXES, FINAL_STEP, TEST_SPEARMAN, interval_names
+from sentemb.common.metric_names import (
+    BEST_STEP,
+    CI_SUFFIXES,
+    FINAL_STEP,
+    TEST_ALIGNMENT,
+    TEST_SPEARMAN,
+    TEST_UNIFORMITY,
+    interval_names,
+)
 from sentemb.encoders.build import load_checkpoint_encoder
 from sentemb.eval.similarities import SIMILARITIES_NAME, write_similarities
 from sentemb.training.callbacks import DEV_TASKS, STSBDevEvaluation
@@ -253,7 +261,7 @@ def final_report(best_step: int, metrics: dict[str, float], dev_eval: STSBDevEva
                 f"{dev_set.label} Spearman (step {best_step}): {scored(metrics, dev_set.best_rescored)}   "
                 f"(best logged during training: {logged:.4f} at step {step})"
             )
-    lines.append(f"STS-B test Spearman (best checkpoint):    {scored(metrics, TEST_SPEARMAN)}")
+    lines.append(f"STS-B test Spearman (best checkpoint):    {scored(metrics, TEST_SPEARMAN)}{geometry(metrics)}")
     return (
         "\n"
         + "\n".join(lines)
@@ -266,6 +274,13 @@ def scored(metrics: dict[str, float], name: str) -> str:
     """`84.6012 [83.12, 85.94]`: a score after training with its 95% bootstrap interval."""
     low, high = (metrics.get(bound) for bound in interval_names(name))
     return f"{metrics[name]:.4f}" + (f" [{low:.2f}, {high:.2f}]" if low is not None else "")
+
+
+def geometry(metrics: dict[str, float]) -> str:
+    """The line of the STS-B test embeddings' alignment and uniformity (Wang & Isola; lower is better), when scored."""
+    if TEST_ALIGNMENT not in metrics:
+        return ""
+    return f"\nSTS-B test alignment {metrics[TEST_ALIGNMENT]:.4f}, uniformity {metrics[TEST_UNIFORMITY]:.4f}"
 
 
 def other_tasks(metrics: dict[str, float]) -> str:
@@ -286,7 +301,7 @@ def final_weights_report(step: int, metrics: dict[str, float], dev_eval: STSBDev
     return (
         "\n"
         + "\n".join(lines)
-        + f"\nSTS-B test Spearman (final weights):    {scored(metrics, TEST_SPEARMAN)}"
+        + f"\nSTS-B test Spearman (final weights):    {scored(metrics, TEST_SPEARMAN)}{geometry(metrics)}"
         + other_tasks(metrics)
         + f"\nno checkpoint kept: no ModelCheckpoint monitors {dev_eval.monitor} (callbacks=default keeps the best), "
         "so the final weights were scored, not the best\n"
