@@ -7,7 +7,14 @@ import pytest
 from omegaconf import OmegaConf
 
 from sentemb.common.errors import SentembConfigError
-from sentemb.common.metric_names import TEST_PEARSON, TEST_SPEARMAN, interval_names, sts_test_metric
+from sentemb.common.metric_names import (
+    TEST_ALIGNMENT,
+    TEST_PEARSON,
+    TEST_SPEARMAN,
+    TEST_UNIFORMITY,
+    interval_names,
+    sts_test_metric,
+)
 from sentemb.encoders.build import build_encoder
 from sentemb.eval.bootstrap import Resampling
 from sentemb.eval.held_out import HeldOutTasks, checked_test_tasks
@@ -40,7 +47,7 @@ def test_other_tasks_leave_stsb_test_as_it_was(small_stsb, data_root):
     assert {k: v for k, v in both.items() if not k.startswith("sts/")} == alone
     assert alone[TEST_SPEARMAN] == STSBenchmark(stsb, ("test",)).evaluate(encoder, 64)["test"]["spearman"]
     assert set(both) == {
-        TEST_SPEARMAN, TEST_PEARSON, *interval_names(TEST_SPEARMAN),
+        TEST_SPEARMAN, TEST_PEARSON, *interval_names(TEST_SPEARMAN), TEST_ALIGNMENT, TEST_UNIFORMITY,
         sts_test_metric("STS16"), *interval_names(sts_test_metric("STS16")),
     }  # fmt: skip
     low, high = (both[name] for name in interval_names(sts_test_metric("STS16")))

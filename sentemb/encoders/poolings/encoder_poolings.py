@@ -101,7 +101,12 @@ class MeanPooling(Pooling):
 FIRST_LAYERS = {"layer": 1, "embeddings": 0}
 
 
-@part("pooling", "first_last_avg")
+@part(
+    "pooling",
+    "first_last_avg",
+    serves=ENCODERS,
+    why_not="it is SimCSE's post-hoc baseline over a BERT's layers (pooling=mean serves decoders)",
+)
 class FirstLastAvgPooling(MeanPooling):
     """SimCSE's post-hoc baseline `avg_first_last`: the first transformer layer's and the last layer's token states
     averaged, then the mean over real tokens. `first=embeddings` averages the embedding layer's output with the last
@@ -118,7 +123,12 @@ class FirstLastAvgPooling(MeanPooling):
         refuse_head("pooling=first_last_avg")
 
 
-@part("pooling", "avg_top2")
+@part(
+    "pooling",
+    "avg_top2",
+    serves=ENCODERS,
+    why_not="it is SimCSE's post-hoc baseline over a BERT's layers (pooling=mean serves decoders)",
+)
 class AvgTop2Pooling(MeanPooling):
     """The last two layers' token states averaged, then the mean over real tokens (a post-hoc baseline of Table 2)."""
 
