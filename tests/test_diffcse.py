@@ -317,3 +317,23 @@ def test_the_loss_of_a_step_is_contrastive_plus_lambda_rtd(tmp_path):
     # the two logged terms, recombined in float32
     torch.testing.assert_close(total.detach(), contrastive + 0.005 * rtd, rtol=1e-6, atol=1e-7)
     assert F.relu(rtd) > 0
+
+
+def test_grad_cache_gives_the_plain_diffcse_step(tmp_path, monkeypatch):
+    """GradCache's chunks carry the edits as extra row keys: the same loss and gradients as one forward."""
+    monkeypatch.setattr(diffcse.DiffCSEHead, "edited", fixed_edit)  # the same edits in both computations
+
+    def step(extra: list[str]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        module = module_of(["model.dropout=0.0", *extra], tmp_path / str(len(extra)))
+        backward, total, _ = module.step_loss(tokens(module, SENTENCES))
+        if module.grad_cache is not None:
+            module.backward(backward)  # the loss's backward, then GradCache's replay of its chunks
+        else:
+            backward.backward()
+        return total.detach(), gradients(module)
+
+    (loss, grads), (cached, cached_grads) = step([]), step(["grad_cache=3"])
+    torch.testing.assert_close(cached, loss, rtol=1e-5, atol=1e-6)  # other chunk shapes: float32 rounding
+    assert cached_grads.keys() == grads.keys()
+    for name in grads:
+        torch.testing.assert_close(cached_grads[name], grads[name], rtol=1e-4, atol=1e-5, msg=name)
