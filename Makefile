@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install train test test-slow lint format data data-if-missing bench mteb clean
+.PHONY: install train test test-slow lint format data data-if-missing bench gpu-bundle mteb clean
 
 install: $(VENV)/.installed
 
@@ -44,6 +44,11 @@ data-if-missing: install
 # every benchmark (quick modes) → BENCHMARKS.md; ARGS=--full for the scripts' long modes
 bench: install
 	$(PY) benchmarks/report.py $(ARGS)
+
+# what a bare GPU machine without network lacks (wheels, MiniLM, the wiki sample, STS-B) in the git-ignored .gpu_bundle/
+# (< 60 MiB with the working tree); there: bash benchmarks/gpu/run.sh (docs/speed.md#on-a-gpu)
+gpu-bundle: install data-if-missing
+	$(PY) benchmarks/gpu/bundle.py $(ARGS)
 
 # MTEB's English STS tasks on an exported folder (needs `pip install mteb` and the Hugging Face Hub)
 mteb: install

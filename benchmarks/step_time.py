@@ -69,12 +69,15 @@ from sentemb.training.precision import fastest_precision  # noqa: E402
 from sentemb.training.trainer import build_trainer  # noqa: E402
 
 
-def bare_loop(cfg, batches: list[dict], total_steps: int) -> tuple[list[float], list[float]]:
-    """SimCSE unsup written out in plain PyTorch; returns (step-end times, losses)."""
+def bare_loop(
+    cfg, batches: list[dict], total_steps: int, device: str = "cpu", autocast: torch.dtype | None = None
+) -> tuple[list[float], list[float]]:
+    """SimCSE unsup written out in plain PyTorch on `device` (`autocast`: e.g. torch.bfloat16 around the forward
+    passes; the similarities stay float32); returns (step-end times, losses)."""
     torch.use_deterministic_algorithms(False)  # plain PyTorch defaults (Lightning may have switched them on)
     L.seed_everything(cfg.seed, workers=True)
-    backbone = build_part("model.backbone", cfg.model.backbone)
-    mlp = nn.Sequential(nn.Linear(backbone.config.hidden_size, backbone.config.hidden_size), nn.Tanh())
+    backbone = build_part("model.backbone", cfg.model.backbone).to(device)
+    mlp = nn.Sequential(nn.Linear(backbone.config.hidden_size, backbone.config.hidden_size), nn.Tanh()).to(device)
     params = list(backbone.parameters()) + list(mlp.parameters())
     optimizer = torch.optim.AdamW(params, lr=cfg.optimizer.lr, weight_decay=0.0)
     scheduler = get_linear_schedule_with_warmup(optimizer, 0, total_steps)
@@ -82,19 +85,26 @@ def bare_loop(cfg, batches: list[dict], total_steps: int) -> tuple[list[float], 
     ends, losses = [time.perf_counter()], []
     for batch in torch.utils.data.DataLoader(batches, batch_size=None, shuffle=False):
         n = batch["input_ids"].shape[0]
-        doubled = {k: torch.cat([v, v]) for k, v in batch.items()}
-        cls = backbone(**doubled).last_hidden_state[:, 0]
-        z = F.normalize(mlp(cls), dim=-1)
+        doubled = {k: torch.cat([v, v]).to(device, non_blocking=True) for k, v in batch.items()}
+        with torch.autocast(torch.device(device).type, dtype=autocast, enabled=autocast is not None):
+            cls = backbone(**doubled).last_hidden_state[:, 0]
+            z = F.normalize(mlp(cls).float(), dim=-1)
         sim = z[:n] @ z[n:].T / cfg.loss.tau
-        loss = F.cross_entropy(sim, torch.arange(n))
+        loss = F.cross_entropy(sim, torch.arange(n, device=device))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
-        losses.append(loss.item())
+        losses.append(loss.item())  # .item() waits for the step's kernels: the time below is the step's
         ends.append(time.perf_counter())
     return ends, losses
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the GPU's queued kernels, so a wall-clock step time is the step's (no-op on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 class StepClock(L.Callback):
@@ -104,10 +114,12 @@ class StepClock(L.Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if not self.ends:
+            synchronize(pl_module.device)
             self.ends.append(time.perf_counter())
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self.losses.append(float(outputs["loss"]))
+        synchronize(pl_module.device)
         self.ends.append(time.perf_counter())
 
 
@@ -141,9 +153,11 @@ class TrainerClock(TrainerCallback):
 
     def on_step_begin(self, args, state, control, **kwargs) -> None:
         if not self.ends:
+            synchronize(args.device)
             self.ends.append(time.perf_counter())
 
     def on_step_end(self, args, state, control, **kwargs) -> None:
+        synchronize(args.device)
         self.ends.append(time.perf_counter())
 
 
