@@ -25,7 +25,6 @@ from sentemb.common.metric_names import (
 )
 from sentemb.eval.bootstrap import Resampling
 from sentemb.eval.sts import STSBenchmark, correlations, read_stsb_split
-from sentemb.runs.offline_wandb import config_and_history
 from sentemb.runs.wandb_runs import finish_wandb
 from sentemb.train import train
 from sentemb.training.module import SentembModule
@@ -222,6 +221,9 @@ def test_wandb_offline_run_has_metrics_and_config(tiny_overrides, tmp_path, monk
 
 def wait_for_flush(log: Path, last_metric: str, timeout: float = 30.0) -> tuple[dict, list[dict]]:
     """W&B's service may still be writing the log after wandb.finish() returns: wait for the last metric."""
+    # imported here: this module's `run` serves tests/test_gpu.py on GPU machines that have no wandb
+    from sentemb.runs.offline_wandb import config_and_history
+
     deadline = time.monotonic() + timeout
     while True:
         config, history = config_and_history(log)

