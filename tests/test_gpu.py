@@ -17,9 +17,15 @@ import torch
 
 from sentemb.common.metric_names import TEST_SPEARMAN
 from sentemb.encoders.models import padding_free as packing
-from sentemb.training.grad_cache import take_rows
 from sentemb.training.module import SentembModule
-from tests.test_grad_cache import BATCH, CHUNK, assert_same_step, build, replayed_rows_equal_the_first_pass, step
+from tests.test_grad_cache import (
+    BATCH,
+    CHUNK,
+    assert_replay_equals_the_chunked_forward_with_graph,
+    assert_same_step,
+    build,
+    step,
+)
 from tests.test_resume import logged, resumed_losses, stopped_and_resumed
 from tests.test_train import run
 
@@ -158,19 +164,6 @@ def test_padding_free_equals_padded_in_bf16(small_corpus: Path, tmp_path: Path, 
     assert max(errors.values()) <= 5e-2, f"relative L2 gradient errors, the largest: {worst}"
 
 
-def chunked_forward_with_graph(module: SentembModule, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """The loss of GradCache's own chunks, each encoded with a graph this time ([CLS] pooling: no auxiliary terms); as
-    tests/test_grad_cache.py's replay test computes it, on DEVICE."""
-    prepared = module.encoder.training_batch(batch)
-    indices = module.grad_cache.chunk_indices(prepared)
-    outputs = [module.encoder.training_rows(take_rows(prepared, index)) for index in indices]
-    where = torch.argsort(torch.cat(indices)).to(DEVICE)  # chunk order → row order
-    rows = {name: torch.cat([out[name] for out in outputs])[where] for name in outputs[0]}
-    views = module.encoder.pooling.training_views(rows, prepared, batch["input_ids"].shape[0])
-    assert not views.auxiliary
-    return views.global_weight * module.loss(views.z1, views.z2).loss
-
-
 def test_grad_cache_equals_the_plain_step(small_corpus: Path, tmp_path: Path):
     # dropout 0: the cached step is the plain step (float32, TF32 off: assert_same_step's 1e-5 holds on CUDA too)
     plain, cached = (build([*SHAPE, "model.dropout=0.0"], tmp_path, chunk).to(DEVICE) for chunk in (None, CHUNK))
@@ -179,19 +172,7 @@ def test_grad_cache_equals_the_plain_step(small_corpus: Path, tmp_path: Path):
 
     # dropout on: the replay redraws the first pass's masks from the saved CUDA RNG state
     module = build([*SHAPE, "model.dropout=0.2"], tmp_path, CHUNK).to(DEVICE)
-    torch.manual_seed(7)  # the CUDA generators too
-    backward, total, _ = module.step_loss(batch)
-    replayed_rows_equal_the_first_pass(module)
-    module.backward(backward)
-    cached_grads = {name: p.grad.clone() for name, p in module.named_parameters() if p.grad is not None}
-    module.zero_grad()
-    torch.manual_seed(7)
-    reference = chunked_forward_with_graph(module, batch)
-    reference.backward()
-    torch.testing.assert_close(total.detach(), reference.detach(), rtol=0, atol=0)  # one computation, twice
-    for name, grad in cached_grads.items():
-        # per-chunk parameter gradients summed by GradCache vs by autograd's accumulation: float32 order, ~1e-7
-        torch.testing.assert_close(grad, module.get_parameter(name).grad, rtol=1e-5, atol=1e-6, msg=name)
+    assert_replay_equals_the_chunked_forward_with_graph(module, batch)
 
 
 def test_a_resumed_run_equals_the_uninterrupted_run(job: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

@@ -83,23 +83,26 @@ def test_replay_redraws_no_mask_and_gradients_equal_the_chunked_forward_with_gra
     overrides = [*VARIANTS[variant], "model.dropout=0.2", f"data.corpus={small_corpus}"]
     module = build(overrides, tmp_path, CHUNK if chunking == "sentences" else f"grad_cache.tokens={TOKENS}")
     batch = dict(module.encoder.tokenizer(sentences, padding=True, return_tensors="pt"))
-    n = batch["input_ids"].shape[0]
+    assert_replay_equals_the_chunked_forward_with_graph(module, batch)
 
-    torch.manual_seed(7)
+
+def assert_replay_equals_the_chunked_forward_with_graph(module: SentembModule, batch: dict[str, torch.Tensor]) -> None:
+    """A cached step from seed 7 redraws no mask in its replay, and its loss and gradients are those of the same chunks
+    encoded from the same RNG state with a graph, one backward through all of them (on the module's device)."""
+    torch.manual_seed(7)  # CUDA's generators too
     backward, total, _ = module.step_loss(batch)
     replayed_rows_equal_the_first_pass(module)
     module.backward(backward)
     cached = {name: p.grad.clone() for name, p in module.named_parameters() if p.grad is not None}
 
-    # the same chunks from the same RNG state, forward with a graph this time, one backward through all of them
     module.zero_grad()
     torch.manual_seed(7)
     prepared = module.encoder.training_batch(batch)
     indices = module.grad_cache.chunk_indices(prepared)
     outputs = [module.encoder.training_rows(take_rows(prepared, index)) for index in indices]
-    where = torch.argsort(torch.cat(indices))  # chunk order → row order
+    where = torch.argsort(torch.cat(indices)).to(prepared["input_ids"].device)  # chunk order → row order
     rows = {name: torch.cat([out[name] for out in outputs])[where] for name in outputs[0]}
-    views = module.encoder.pooling.training_views(rows, prepared, n)
+    views = module.encoder.pooling.training_views(rows, prepared, batch["input_ids"].shape[0])
     reference = views.global_weight * module.loss(views.z1, views.z2).loss
     for weight, value in views.auxiliary.values():  # added one by one, as step_loss does (float sums: same order)
         reference = reference + weight * value
