@@ -529,7 +529,7 @@ NOT_CONFIG = {  # files read that are not configuration, each with why the rule 
     (
         "sentemb/encoders/models/backbones.py",
         "trained_byte_bpe",
-    ): "the packaged MiniLM's vocab.txt, words for a tokenizer",
+    ): "the packaged MiniLM's vocab.txt (or a copy named by a benchmark), words for a tokenizer",
     ("sentemb/eval/sts.py", "read_sts_subset"): "SentEval's data: its own reader checks every line (file:line)",
     ("sentemb/eval/transfer.py", "_lines"): "SentEval's data: sentences and labels, checked by its reader",
     ("sentemb/common/folder_lock.py", "read_holder"): "a lock's holder (host, PID), shown in a refusal only",

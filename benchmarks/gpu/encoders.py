@@ -169,12 +169,12 @@ def ceilings(device: torch.device, dry_run: bool) -> dict[str, float]:
     return {"bf16_matmul_flops": 2 * n**3 / matmul, "matmul_n": n, "copy_bytes_per_s": 2 * size / copy}
 
 
-def run_tests(out: Path, dry_run: bool, timeout_s: float) -> dict[str, Any]:
-    """tests/test_gpu.py in a pytest subprocess; its counts from the JUnit file (and the failures' messages)."""
+def run_tests(out: Path, dry_run: bool, timeout_s: float, test_file: str = "tests/test_gpu.py") -> dict[str, Any]:
+    """`test_file`'s gpu tests in a pytest subprocess; its counts from the JUnit file (and the failures' messages)."""
     report = out / "tests.xml"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     command = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "-o", "addopts="]
-    command += ["tests/test_gpu.py", f"--junitxml={report}", "-W", "ignore::UserWarning"]
+    command += [test_file, f"--junitxml={report}", "-W", "ignore::UserWarning"]
     start = time.perf_counter()
     try:
         done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)

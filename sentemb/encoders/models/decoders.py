@@ -14,6 +14,7 @@ families have no other dropout (no hidden or embedding dropout in their configs)
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
@@ -65,36 +66,46 @@ def tiny_decoder(
     bidirectional: bool = False,
     dropout: float | None = None,
     init_seed: int = 0,
-    attn_implementation: str = "sdpa",
+    attn_implementation: str | None = "sdpa",
     with_lm_head: bool = False,
+    vocab_size: int = TINY_DECODER_VOCAB,
+    head_dim: int | None = None,
+    tie_word_embeddings: bool = True,
+    torch_dtype: str | None = None,
 ) -> PreTrainedModel:
-    """A small random decoder of `family`, built in-process from a config (for tests and offline use).
+    """A random decoder of `family`, built in-process from a config (for tests and offline use): tiny by default, or
+    a published model's shape (benchmarks/gpu/decoders.py: Qwen3-0.6B's, Mistral-7B's) with its `vocab_size`,
+    `head_dim` (null: hidden_size / heads) and `tie_word_embeddings`.
 
     Its weights come from `init_seed`, not the global seed: the same config always gives the same base
-    weights, so an adapter-only checkpoint rebuilds its base exactly. `with_lm_head`: the causal-LM model
-    (the MNTP head reads its `lm_head`).
+    weights (on one device), so an adapter-only checkpoint rebuilds its base exactly. Built under a
+    `torch.device` context it is initialised there (a 7B model on the GPU in seconds). `with_lm_head`: the
+    causal-LM model (the MNTP head reads its `lm_head`). `attn_implementation` null: transformers' choice;
+    `torch_dtype` e.g. bfloat16 (as pretrained_decoder's).
     """
     config = tiny_family(family).config_class(
-        vocab_size=TINY_DECODER_VOCAB,
+        vocab_size=vocab_size,
         hidden_size=hidden_size,
         num_hidden_layers=num_hidden_layers,
         num_attention_heads=num_attention_heads,
         num_key_value_heads=num_key_value_heads,
         intermediate_size=intermediate_size,
-        head_dim=hidden_size // num_attention_heads,
+        head_dim=head_dim or hidden_size // num_attention_heads,
         max_position_embeddings=TINY_DECODER_POSITIONS,
         bos_token_id=1,
         eos_token_id=2,
         pad_token_id=3,
-        tie_word_embeddings=True,
+        tie_word_embeddings=tie_word_embeddings,
         **decoder_overrides(bidirectional, dropout),
     )
-    check_attention_options(attn_implementation)
-    with torch.random.fork_rng(devices=[]):
+    check_attention_options(attn_implementation, torch_dtype)
+    options: dict[str, object] = {} if attn_implementation is None else {"attn_implementation": attn_implementation}
+    if torch_dtype is not None:
+        options["dtype"] = getattr(torch, torch_dtype)
+    on_cuda = torch.get_default_device().type == "cuda"  # a torch.device("cuda") context: initialised on the GPU
+    with torch.random.fork_rng(devices=[torch.cuda.current_device()] if on_cuda else []):
         torch.manual_seed(init_seed)
-        return (AutoModelForCausalLM if with_lm_head else AutoModel).from_config(
-            config, attn_implementation=attn_implementation
-        )
+        return (AutoModelForCausalLM if with_lm_head else AutoModel).from_config(config, **options)
 
 
 @part("model.tokenizer", "tiny_decoder_tokenizer", serves=DECODERS)
@@ -104,10 +115,15 @@ def tiny_decoder_tokenizer(family: str = DEFAULT_TINY_FAMILY) -> PreTrainedToken
     Like the real families' tokenizers it appends no EOS; it puts <s> first where the family's own tokenizer does
     (families.py: bos_first). No mask token (decoders have none).
     """
+    return decoder_tokenizer(family)
+
+
+def decoder_tokenizer(family: str, words_file: Path | None = None) -> PreTrainedTokenizerBase:
+    """`tiny_decoder_tokenizer`, its BPE trained on `words_file` (a MiniLM vocab.txt; None: the packaged model's)."""
     from tokenizers.processors import TemplateProcessing
     from transformers import PreTrainedTokenizerFast
 
-    bpe = trained_byte_bpe(TINY_DECODER_VOCAB, DECODER_SPECIALS)
+    bpe = trained_byte_bpe(TINY_DECODER_VOCAB, DECODER_SPECIALS, words_file)
     if tiny_family(family).bos_first:  # as the family's own tokenizer: BOS before every sequence
         bpe.post_processor = TemplateProcessing(single="<s> $A", pair="<s> $A $B", special_tokens=[("<s>", 1)])
     return PreTrainedTokenizerFast(
