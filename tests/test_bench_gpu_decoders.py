@@ -62,8 +62,8 @@ def test_the_dry_run_times_every_configuration_searches_and_projects(tmp_path: P
     # the Mistral family's probe above the dry run's limit is refused as out of memory; the Qwen family's hits the cap
     assert searches[("mistral-7b", "lora_gc", True)]["largest"] == 4
     assert searches[("mistral-7b", "lora_gc", True)]["stopped"] == "out of memory at batch 8"
-    assert searches[("qwen3-0.6b", "lora_gc", True)]["largest"] == 8
-    assert searches[("qwen3-0.6b", "lora_gc", True)]["stopped"].startswith("the cap (8")
+    anchor = searches[("qwen3-0.6b", "full", False)]  # the 0.6B anchor's search: every "at its largest" ratio reads it
+    assert anchor["largest"] == 8 and anchor["stopped"].startswith("the cap (8") and anchor["x_anchor_at_largest"] == 1
     refused = [r for r in runs if r["kind"] == "search" and r["status"] == "out of memory"]
     assert [r["batch"] for r in refused] == [8]
 

@@ -25,7 +25,8 @@ One call, in this order (the JSON is rewritten after every run, so a call cut sh
      default masking, the Llama-3 preset's; 7B: the Mistral preset's), the SimCSE stage as
      `experiment=llm2vec_mistral_7b_simcse` runs it, that stage again with GradCache (chunks of the comparison
      batch), and encode()'s rate (what each STS-B dev evaluation costs);
-   per run: median step time (CUDA synchronised; the first --warmup steps untimed), samples/s, real tokens/s (the
+   per run: median step time (CUDA synchronised; the first --warmup steps untimed; a search probe: 1 untimed, which
+   allocates AdamW's state, then --search-steps), samples/s, real tokens/s (the
    encoder's rows: two views, or MNTP's masked copies), peak GPU memory over the steps (`max_memory_allocated`,
    reset when the first step starts: weights, optimizer state, activations), MFU, and the ratio against the
    anchor: full fine-tuning padded at 0.6B, LoRA padded at 7B, at the same batch and each at its largest batch;
@@ -187,7 +188,7 @@ class Context:
     device: torch.device
     work: Path
     dry_run: bool
-    warmup: int
+    warmup: int  # untimed steps of a comparison or recipe run (a search probe: 1, which allocates AdamW's state)
     steps: int
     search_steps: int
     began: float
@@ -226,6 +227,14 @@ class Clock(L.Callback):
         self.losses.append(float(outputs["loss"]))
         if self.device.type == "cuda":
             self.peak = torch.cuda.max_memory_allocated(self.device)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        """The run is measured: its weights and optimizer state are released here, so Lightning's teardown does not
+        copy them to the host only to free them (14.5 GiB at 7B, seconds a run)."""
+        for optimizer in trainer.optimizers:
+            optimizer.state.clear()
+        for tensor in [*pl_module.parameters(), *pl_module.buffers()]:
+            tensor.data = torch.empty(0, dtype=tensor.dtype, device=tensor.device)
 
 
 def backbone_overrides(preset: str, values: dict[str, Any]) -> list[str]:
@@ -304,10 +313,18 @@ def counted(module: SentembModule) -> dict[str, Any]:
         "trainable": sum(p.numel() for p in module.parameters() if p.requires_grad),
         "base_dtype": str(next(p for n, p in named if "lora_" not in n).dtype).removeprefix("torch."),
         "adapter": is_adapted(backbone),
-        "gradient_checkpointing": bool(base_model(backbone).is_activation_checkpointing),
+        "gradient_checkpointing": checkpointing(base_model(backbone)),
         "padding_free": bool(module.encoder.padding_free),
         "attention": base_model(backbone).config._attn_implementation,
     }
+
+
+def checkpointing(model: Any) -> bool:
+    """Whether gradient checkpointing is on: transformers 5.2x's `is_activation_checkpointing` (the old name warns
+    there), the GPU image's 5.17 `is_gradient_checkpointing`."""
+    if hasattr(model, "is_activation_checkpointing"):
+        return bool(model.is_activation_checkpointing)
+    return bool(model.is_gradient_checkpointing)
 
 
 def check_switches(run: Run, facts: dict[str, Any]) -> None:
@@ -356,14 +373,15 @@ def measure(run: Run, ctx: Context, steps: int) -> None:
     if cuda:
         f["allocated_before_gib"] = torch.cuda.memory_allocated(ctx.device) / GIB  # a leak between runs would show
     start = time.perf_counter()
-    count = ctx.warmup + steps
+    warmup = 1 if run.kind == "search" else ctx.warmup
+    count = warmup + steps
     module = trainer = None
     try:
         overrides = [*run.overrides, f"data.corpus={corpus_file(ctx, count * run.batch)}"]
         cfg = compose_config(CONF_DIR, "train", overrides, output_dir=Path(tempfile.mkdtemp(dir=ctx.work)))
         prepare_run(cfg)
         batches, _, _ = batches_of(cfg, count)
-        f |= batch_lengths(batches[ctx.warmup :])
+        f |= batch_lengths(batches[warmup:])
         mntp_only = cfg.get("head") is not None and cfg.head.name == "mntp" and not cfg.head.contrastive
         views = 1 if mntp_only else 2  # MNTP alone encodes the masked copies only; SimCSE two dropout views
         scored = cfg.head.rate * f["real_tokens_per_view"] if mntp_only else 0.0
@@ -378,7 +396,7 @@ def measure(run: Run, ctx: Context, steps: int) -> None:
         clock = Clock(ctx.device, refuse)
         trainer = build_trainer(cfg, extra_callbacks=[clock], max_steps=count)
         trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader(batches, batch_size=None, shuffle=False))
-        times = [b - a for a, b in zip(clock.ends[:-1], clock.ends[1:], strict=True)][ctx.warmup :]
+        times = [b - a for a, b in zip(clock.ends[:-1], clock.ends[1:], strict=True)][warmup:]
         f |= {"status": "ok", "s_per_step": statistics.median(times), "steps_timed": len(times)}
         f["flops_per_step"] = flops_per_step(f, dims, run.method, views, scored)
         f["encoded_tokens"] = views * f["real_tokens_per_view"]
@@ -445,7 +463,7 @@ def search(first: Run, ctx: Context, shape: Shape, runs: list[Run]) -> dict[str,
         last = fitted[-1]
         batch = last.batch * 2
         # its build and teardown again, its steps twice as long
-        predicted = last.figures["wall_s"] + 2 * (ctx.warmup + ctx.search_steps) * last.figures["s_per_step"]
+        predicted = last.figures["wall_s"] + 2 * (1 + ctx.search_steps) * last.figures["s_per_step"]
         if batch > shape.cap:
             stopped = f"the cap ({shape.cap}; batch {batch} not tried)"
         elif ctx.elapsed() + predicted > ctx.budget_s:
@@ -457,6 +475,16 @@ def search(first: Run, ctx: Context, shape: Shape, runs: list[Run]) -> dict[str,
             else:
                 stopped = f"{probe.figures['status']} at batch {batch}"
     return {"largest": fitted[-1].batch, "stopped": stopped}
+
+
+def search_priority(key: tuple[str, str, bool], names: list[str]) -> tuple:
+    """The projection's search first (LoRA + checkpointing, padding-free, at the recipe's shape), then the anchors'
+    (every ratio at the largest batch reads them), then padding-free (the default) before padded, checkpointing
+    first."""
+    shape, method, padding_free = key
+    recipe = padding_free and method == "lora_gc" and SHAPES[shape].simcse_experiment is not None
+    anchor = not padding_free and method == anchor_method(shape)
+    return not recipe, not anchor, not padding_free, method != "lora_gc", -names.index(shape)
 
 
 def probed(first: Run, batch: int, ctx: Context, runs: list[Run]) -> Run:
@@ -668,10 +696,12 @@ def timings(names: list[str], ctx: Context, record: dict[str, Any], save) -> tup
                 encodes[name] = encode_rate(shape, ctx, shape.simcse_experiment, dev)
                 print(f"  {encodes[name]['status']}, {encodes[name].get('per_s', 0):.0f} sentences/s", flush=True)
                 record["encode"] = encodes
-    # 3. the largest batch: padding-free first (the default), checkpointing first (the recipe's), the 7B shape first;
-    # the dry run searches once per shape (the Mistral family's stops at a refused batch, the Qwen family's at the cap)
-    order = sorted(compare, key=lambda k: (not k[2], k[1] != "lora_gc", k[0] != names[-1]))
-    for key in order[: len(names)] if ctx.dry_run else order:
+    # 3. the largest batch, most needed first; the dry run searches once per shape (the Mistral family's stops at a
+    # refused batch, the Qwen family's at the cap)
+    order = sorted(compare, key=lambda key: search_priority(key, names))
+    if ctx.dry_run:
+        order = [next(key for key in order if key[0] == name) for name in names]
+    for key in order:
         shape = replace(SHAPES[key[0]], cap=2 * DRY_RUN_BATCH) if ctx.dry_run else SHAPES[key[0]]
         print(f"[{ctx.elapsed():6.1f} s] == {key[0]}: the largest batch, {compare[key].label}", flush=True)
         searches[key] = search(compare[key], ctx, shape, runs)
@@ -688,7 +718,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--shapes", default="qwen3-0.6b,mistral-7b", help=f"comma-separated, of {', '.join(SHAPES)}")
     parser.add_argument("--steps", type=int, default=5, help="timed steps of a comparison or recipe run")
-    parser.add_argument("--search-steps", type=int, default=2, help="timed steps of a search probe")
+    parser.add_argument("--search-steps", type=int, default=1, help="timed steps of a search probe (after 1)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     parser.add_argument("--budget-s", type=float, default=430.0, help="no run starts, or would end, past this")
     parser.add_argument("--tests-timeout-s", type=float, default=150.0)
