@@ -19,15 +19,17 @@ import encoders  # noqa: E402
 from tests import test_gpu  # noqa: E402
 
 
-def dry_run(tmp_path: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess, dict]:
+def dry_run(
+    tmp_path: Path, *args: str, script: str = "run.sh", record: str = "gpu_encoders/encoders.json", **env: str
+) -> tuple[subprocess.CompletedProcess, dict]:
+    """benchmarks/gpu/`script` --dry-run `args` as a GPU call runs it (no bundle): its output and its JSON `record`."""
     settings = {**os.environ, "OUT": str(tmp_path / "out"), "WORK": str(tmp_path / "work"), "NO_BUNDLE": "1"}
     settings.pop("SENTEMB_GPU_TESTS_ON_CPU", None)
     settings |= {"PYTHON": sys.executable, **env}
-    done = subprocess.run(
-        ["bash", "benchmarks/gpu/run.sh", "--dry-run", *args], cwd=ROOT, env=settings, capture_output=True, text=True
-    )
+    command = ["bash", f"benchmarks/gpu/{script}", "--dry-run", *args]
+    done = subprocess.run(command, cwd=ROOT, env=settings, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    return done, json.loads((tmp_path / "out" / "gpu_encoders" / "encoders.json").read_text())
+    return done, json.loads((tmp_path / "out" / record).read_text())
 
 
 def test_the_dry_run_times_every_configuration_and_prints_the_short_table_last(tmp_path: Path):

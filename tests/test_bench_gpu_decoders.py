@@ -3,8 +3,6 @@ count, its batch search and its projection, so the one prepared script a GPU cal
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,17 +16,11 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import decoders  # noqa: E402
 
 from sentemb.encoders.models.decoders import tiny_decoder  # noqa: E402
-from tests import test_gpu_decoders  # noqa: E402
+from tests import test_bench_gpu, test_gpu_decoders  # noqa: E402
 
 
 def dry_run(tmp_path: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess, dict]:
-    settings = {**os.environ, "OUT": str(tmp_path / "out"), "WORK": str(tmp_path / "work"), "NO_BUNDLE": "1"}
-    settings.pop("SENTEMB_GPU_TESTS_ON_CPU", None)
-    settings |= {"PYTHON": sys.executable, **env}
-    command = ["bash", "benchmarks/gpu/run_decoders.sh", "--dry-run", *args]
-    done = subprocess.run(command, cwd=ROOT, env=settings, capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    return done, json.loads((tmp_path / "out" / "gpu_decoders" / "decoders.json").read_text())
+    return test_bench_gpu.dry_run(tmp_path, *args, script="run_decoders.sh", record="gpu_decoders/decoders.json", **env)
 
 
 def test_the_dry_run_times_every_configuration_searches_and_projects(tmp_path: Path):

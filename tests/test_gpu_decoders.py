@@ -18,21 +18,13 @@ from sentemb.encoders.models import padding_free as packing
 from sentemb.encoders.models.adapters import base_model
 from sentemb.encoders.models.decoders import decoder_tokenizer
 from sentemb.training.module import SentembModule
-from tests.test_gpu import device_batch, sentences, torch_flags  # noqa: F401 (torch_flags: an autouse fixture)
+
+# test_gpu's marks (gpu; skipped without CUDA unless SENTEMB_GPU_TESTS_ON_CPU=1), device and autouse torch_flags
+from tests.test_gpu import ACCELERATOR, DEVICE, ON_CUDA, device_batch, pytestmark, sentences, torch_flags  # noqa: F401
 from tests.test_grad_cache import build
 from tests.test_lora import Capture, data_overrides, is_adapter_weight, train_with
 from tests.test_resume import resumed_losses, stopped_and_resumed
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(
-        not (torch.cuda.is_available() or os.environ.get("SENTEMB_GPU_TESTS_ON_CPU") == "1"),
-        reason="needs CUDA (SENTEMB_GPU_TESTS_ON_CPU=1 runs them on the CPU)",
-    ),
-]
-ON_CUDA = torch.cuda.is_available()
-ACCELERATOR = "gpu" if ON_CUDA else "cpu"
-DEVICE = torch.device("cuda" if ON_CUDA else "cpu")
 # after model=tiny-qwen3: on a GPU a shape whose kernels and bf16 rounding are realistic (Qwen3's head_dim 64,
 # grouped-query attention 8:4), still seconds a run; on the CPU the 2-layer, 32-wide default
 SHAPE = (

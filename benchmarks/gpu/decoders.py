@@ -79,7 +79,7 @@ from omegaconf import OmegaConf
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
-from encoders import batches_of, ceilings, machine, run_tests  # noqa: E402
+from encoders import batches_of, ceilings, cells, machine, run_tests  # noqa: E402
 from step_time import synchronize  # noqa: E402  (encoders.py put benchmarks/ on the path)
 
 from sentemb.common.hydra_plumbing import compose_config  # noqa: E402
@@ -127,15 +127,12 @@ SHAPES = {
         ("lora", "lora_gc"), compare_batch=16, cap=2048, mntp_experiment="llm2vec_mistral_7b_mntp",
         simcse_experiment="llm2vec_mistral_7b_simcse",
     ),
-    # meta-llama/Meta-Llama-3-8B-Instruct's: Mistral-7B's layers with a 128,256-token vocabulary
-    "llama-3-8b": Shape(
-        "llama",
-        {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-         "head_dim": 128, "intermediate_size": 14336, "vocab_size": 128256, "tie_word_embeddings": False},
-        ("lora", "lora_gc"), compare_batch=16, cap=2048, mntp_experiment="llm2vec_llama_3_8b_mntp",
-        simcse_experiment="llm2vec_llama_3_8b_simcse",
-    ),
 }  # fmt: skip
+# meta-llama/Meta-Llama-3-8B-Instruct's: Mistral-7B's layers with a 128,256-token vocabulary
+SHAPES["llama-3-8b"] = replace(
+    SHAPES["mistral-7b"], family="llama", dims=SHAPES["mistral-7b"].dims | {"vocab_size": 128256},
+    mntp_experiment="llm2vec_llama_3_8b_mntp", simcse_experiment="llm2vec_llama_3_8b_simcse",
+)  # fmt: skip
 TOY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
        "intermediate_size": 64, "vocab_size": 2000}  # fmt: skip
 DRY_RUN_OOM_ABOVE = 4  # the dry run's Mistral-family search probes above this batch raise out-of-memory at step 1
@@ -610,15 +607,7 @@ def row_table(runs: list[Run]) -> list[str]:
     ]  # fmt: skip
     lines = ["| shape | run | batch | " + " | ".join(c[0] for c in columns) + " |"]
     lines.append("|---|---|---|" + "---|" * len(columns))
-    for run in runs:
-        f = run.figures
-        head = f"| {run.shape} | {run.label} | {run.batch} |"
-        if f.get("status") != "ok":
-            lines.append(f"{head} {f.get('status', 'not run')} |" + " |" * (len(columns) - 1))
-            continue
-        cells = [format(f[k], spec) if f.get(k) is not None else "—" for _, k, spec in columns]
-        lines.append(f"{head} " + " | ".join(cells) + " |")
-    return lines
+    return lines + [f"| {run.shape} | {run.label} | {run.batch} | " + cells(run.figures, columns) for run in runs]
 
 
 def search_table(searches: dict[tuple[str, str, bool], dict[str, Any]]) -> list[str]:
@@ -628,9 +617,8 @@ def search_table(searches: dict[tuple[str, str, bool], dict[str, Any]]) -> list[
     lines = ["| shape | run | largest batch | stopped by | " + " | ".join(c[0] for c in columns) + " |"]
     lines.append("|---|---|---|---|" + "---|" * len(columns))
     for (name, method, padding_free), found in searches.items():
-        cells = [format(found[k], spec) if found.get(k) is not None else "—" for _, k, spec in columns]
         label = f"{METHODS[method][0]}, {'padding-free' if padding_free else 'padded'}"
-        lines.append(f"| {name} | {label} | {found['largest']} | {found['stopped']} | " + " | ".join(cells) + " |")
+        lines.append(f"| {name} | {label} | {found['largest']} | {found['stopped']} | " + cells(found, columns))
     return lines
 
 

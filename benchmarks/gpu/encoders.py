@@ -397,14 +397,15 @@ def profile(
 
 def table(runs: list[Run], columns: list[tuple[str, str, str]]) -> list[str]:
     lines = ["| batch | run | " + " | ".join(c[0] for c in columns) + " |", "|---|---|" + "---|" * len(columns)]
-    for run in runs:
-        f = run.figures
-        if f.get("status") != "ok":
-            lines.append(f"| {run.batch} | {run.name} | {f.get('status', 'not run')} |" + " |" * (len(columns) - 1))
-            continue
-        cells = [format(f[k], spec) if f.get(k) is not None else "—" for _, k, spec in columns]
-        lines.append(f"| {run.batch} | {run.name} | " + " | ".join(cells) + " |")
-    return lines
+    return lines + [f"| {run.batch} | {run.name} | " + cells(run.figures, columns) for run in runs]
+
+
+def cells(figures: dict[str, Any], columns: list[tuple[str, str, str]]) -> str:
+    """A row's cells after its label: each column's figure formatted ("—" where absent), or the status of a run that
+    did not end ok."""
+    if figures.get("status", "ok") != "ok":
+        return f"{figures.get('status', 'not run')} |" + " |" * (len(columns) - 1)
+    return " | ".join(format(figures[k], spec) if figures.get(k) is not None else "—" for _, k, spec in columns) + " |"
 
 
 SHORT = [

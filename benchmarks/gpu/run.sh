@@ -23,8 +23,5 @@ if [ -n "${SENTEMB_GPU_TOKENIZER:-}" ]; then
 fi
 
 phase "encoders: ceilings, the gpu tests, the step timings"
-status=0
-"$PYTHON" benchmarks/gpu/encoders.py --out "$OUT/gpu_encoders" "${ARGS[@]}" 2>&1 | tee "$OUT/encoders.log" || status=$?
-ls -la "$OUT" "$OUT/gpu_encoders"
-phase "done (exit $status)"
-exit "$status"
+logged encoders.log "$PYTHON" benchmarks/gpu/encoders.py --out "$OUT/gpu_encoders" "${ARGS[@]}"
+finish "$OUT/gpu_encoders"

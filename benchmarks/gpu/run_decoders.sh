@@ -23,8 +23,5 @@ if [ -n "${SENTEMB_GPU_TOKENIZER:-}" ]; then
 fi
 
 phase "decoders: ceilings, the gpu decoder tests, the step timings, the largest batches, the projection"
-status=0
-"$PYTHON" benchmarks/gpu/decoders.py --out "$OUT/gpu_decoders" "${ARGS[@]}" 2>&1 | tee "$OUT/decoders.log" || status=$?
-ls -la "$OUT" "$OUT/gpu_decoders"
-phase "done (exit $status)"
-exit "$status"
+logged decoders.log "$PYTHON" benchmarks/gpu/decoders.py --out "$OUT/gpu_decoders" "${ARGS[@]}"
+finish "$OUT/gpu_decoders"

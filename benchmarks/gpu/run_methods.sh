@@ -43,14 +43,11 @@ print(f"{len(full)} tensors, {sum(v.numel() for v in full.values()):,} values, d
 EOF
 
 phase "train: methods $METHODS, seeds $SEEDS, budget $BUDGET_S s"
-status=0
 # shellcheck disable=SC2086
-"$PYTHON" benchmarks/method_table.py --model "$WORK/minilm-fp32" --out "$OUT/method_table" --runs-dir "$WORK/runs" \
-  --seeds $SEEDS --methods "$METHODS" --precision "$PRECISION" --budget-s "$BUDGET_S" --commit "$COMMIT" $EXTRA_ARGS \
-  2>&1 | tee "$OUT/method_table.log" || status=$?
+logged method_table.log "$PYTHON" benchmarks/method_table.py --model "$WORK/minilm-fp32" --out "$OUT/method_table" \
+  --runs-dir "$WORK/runs" --seeds $SEEDS --methods "$METHODS" --precision "$PRECISION" --budget-s "$BUDGET_S" \
+  --commit "$COMMIT" $EXTRA_ARGS
 
 phase "pack each run's record (no checkpoints) into method_table_runs.tar.gz"
 tar czf "$OUT/method_table_runs.tar.gz" -C "$WORK" --exclude='*.ckpt' runs 2>/dev/null || echo "nothing to pack"
-ls -la "$OUT" "$OUT/method_table"
-phase "done (exit $status)"
-exit "$status"
+finish "$OUT/method_table"

@@ -5,6 +5,10 @@
 # SENTEMB_GPU_TOKENIZER (the bundle's MiniLM folder); writes $OUT/environment.txt (card, driver, Python, the packages that train, the commit). With NO_BUNDLE=1 (the
 # scripts' dry runs, on a machine that has every package) nothing is installed and $SENTEMB_DATA is kept.
 phase() { echo "[$(date -u +%H:%M:%S)] == $*"; }
+# logged LOG COMMAND...: COMMAND's output also into $OUT/LOG; its exit status in $status (the script goes on)
+logged() { local log=$1; shift; status=0; "$@" 2>&1 | tee "$OUT/$log" || status=$?; }
+# finish FOLDER...: what comes back listed, then exit with the measuring command's status
+finish() { ls -la "$OUT" "$@"; phase "done (exit $status)"; exit "$status"; }
 
 : "${OUT:?OUT must name the folder that comes back}"
 ROOT=$PWD
