@@ -10,6 +10,7 @@ import math
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -125,12 +126,17 @@ def test_fp32_bf16_and_fp16_losses_agree_over_20_steps(job: list[str], tmp_path:
         assert max(gaps) <= every, f"{precision}: per-step gaps from float32 {shown} (asked: {every:.0e})"
 
 
-def bf16_step(module: SentembModule, batch: dict[str, torch.Tensor]) -> tuple[float, dict[str, torch.Tensor], int]:
+def bert_feed_forward(module: SentembModule) -> torch.nn.Module:
+    return module.encoder.backbone.encoder.layer[0].intermediate.dense
+
+
+def bf16_step(
+    module: SentembModule, batch: dict[str, torch.Tensor], feed_forward: Callable = bert_feed_forward
+) -> tuple[float, dict[str, torch.Tensor], int]:
     """A step's loss and gradients, its forward under bf16 autocast (as Lightning's bf16-mixed, backward outside it),
-    and the token rows the first layer's feed-forward computed: the real tokens only, when packed."""
+    and the token rows the first layer's `feed_forward` computed: the real tokens only, when packed."""
     rows = []
-    layer = module.encoder.backbone.encoder.layer[0].intermediate.dense
-    hook = layer.register_forward_hook(lambda _, args, out: rows.append(args[0].shape[:-1].numel()))
+    hook = feed_forward(module).register_forward_hook(lambda _, args, out: rows.append(args[0].shape[:-1].numel()))
     with torch.autocast(DEVICE.type, dtype=torch.bfloat16):
         backward, total, _ = module.step_loss(batch)
     hook.remove()
@@ -141,27 +147,44 @@ def bf16_step(module: SentembModule, batch: dict[str, torch.Tensor]) -> tuple[fl
 
 def test_padding_free_equals_padded_in_bf16(small_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(packing, "PACK_BELOW", 1.01)  # every batch packed (tests/test_padding_free.py's always_pack)
-    results = []
-    for padding_free in ("true", "false"):
-        module = build([*SHAPE, "model.dropout=0.0", f"model.padding_free={padding_free}"], tmp_path, None).to(DEVICE)
-        batch = device_batch(module, sentences(small_corpus))
-        results.append(bf16_step(module, batch))
-    (loss, grads, rows), (padded_loss, padded_grads, padded_rows) = results
-    mask = module.encoder.training_batch(batch)["attention_mask"]  # both views' rows
-    assert rows == int(mask.sum()) < padded_rows == mask.numel(), "packed: the real tokens only"
+    (loss, grads), (padded_loss, padded_grads) = packed_and_padded(
+        [*SHAPE, "model.dropout=0.0"], small_corpus, tmp_path, bf16_step
+    )
     # the same bf16 rounding on either side, but packed (1, T, H) and padded (B, L, H) matmuls may sum in another order,
     # and a float32 sum that moves rounds to the neighbouring bf16 value now and then (2^-7 of it). Measured on the
     # CPU: 0 for the loss, 8e-5 at most for a gradient (tiny and MiniLM-shaped); all of bf16's rounding, bf16 against
     # float32, moves the MiniLM-shaped loss by 4e-4 and its gradients by up to 2.8e-2; a packing bug (attention across
     # sentences, shifted positions) by O(1). Asked: 1e-3 for the loss, 5e-2 for each gradient
     assert abs(loss - padded_loss) <= 1e-3, (loss, padded_loss)
-    assert grads.keys() == padded_grads.keys()
-    # each gradient's error relative to its norm, or to 1e-3 of the whole gradient's where its own is ~0 (a key bias's
-    # gradient is 0 analytically: softmax ignores a shift that every key shares)
-    floor = 1e-3 * torch.cat([grad.flatten() for grad in padded_grads.values()]).norm()
-    errors = {n: float((g - padded_grads[n]).norm() / max(padded_grads[n].norm(), floor)) for n, g in grads.items()}
+    assert_gradients_close(grads, padded_grads, 5e-2)
+
+
+def packed_and_padded(
+    overrides: list[str], corpus: Path, tmp_path: Path, step: Callable, prepare: Callable = lambda module: module
+) -> tuple[tuple[float, dict], tuple[float, dict]]:
+    """`step` (a bf16 step's loss, gradients and the token rows a layer computed) on the same batch, packed then padded
+    (`prepare`d modules); the packed step must have computed the real tokens only. The two (loss, gradients)."""
+    results = []
+    for padding_free in ("true", "false"):
+        module = prepare(build([*overrides, f"model.padding_free={padding_free}"], tmp_path, None)).to(DEVICE)
+        batch = device_batch(module, sentences(corpus))
+        results.append(step(module, batch))
+    (loss, grads, rows), (padded_loss, padded_grads, padded_rows) = results
+    mask = module.encoder.training_batch(batch)["attention_mask"]  # both views' rows
+    assert rows == int(mask.sum()) < padded_rows == mask.numel(), "packed: the real tokens only"
+    return (loss, grads), (padded_loss, padded_grads)
+
+
+def assert_gradients_close(
+    grads: dict[str, torch.Tensor], reference: dict[str, torch.Tensor], tolerance: float
+) -> None:
+    """Each gradient's L2 error relative to its norm, or to 1e-3 of the whole gradient's where its own is ~0 (a key
+    bias's gradient is 0 analytically: softmax ignores a shift that every key shares), within `tolerance`."""
+    assert grads.keys() == reference.keys()
+    floor = 1e-3 * torch.cat([grad.flatten() for grad in reference.values()]).norm()
+    errors = {n: float((g - reference[n]).norm() / max(reference[n].norm(), floor)) for n, g in grads.items()}
     worst = sorted(errors.items(), key=lambda item: -item[1])[:5]
-    assert max(errors.values()) <= 5e-2, f"relative L2 gradient errors, the largest: {worst}"
+    assert max(errors.values()) <= tolerance, f"relative L2 gradient errors, the largest: {worst}"
 
 
 def test_grad_cache_equals_the_plain_step(small_corpus: Path, tmp_path: Path):

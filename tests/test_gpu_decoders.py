@@ -7,6 +7,7 @@ rotting. The companion of tests/test_gpu.py (the encoders' checks), whose TF32 a
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -20,8 +21,16 @@ from sentemb.encoders.models.decoders import decoder_tokenizer
 from sentemb.training.module import SentembModule
 
 # test_gpu's marks (gpu; skipped without CUDA unless SENTEMB_GPU_TESTS_ON_CPU=1), device and autouse torch_flags
-from tests.test_gpu import ACCELERATOR, DEVICE, ON_CUDA, device_batch, pytestmark, sentences, torch_flags  # noqa: F401
-from tests.test_grad_cache import build
+from tests.test_gpu import (  # noqa: F401 (pytestmark and the autouse torch_flags act by being here)
+    ACCELERATOR,
+    DEVICE,
+    ON_CUDA,
+    assert_gradients_close,
+    bf16_step,
+    packed_and_padded,
+    pytestmark,
+    torch_flags,
+)
 from tests.test_lora import Capture, data_overrides, is_adapter_weight, train_with
 from tests.test_resume import resumed_losses, stopped_and_resumed
 
@@ -114,34 +123,20 @@ def with_trained_adapter(module: SentembModule) -> SentembModule:
     return module
 
 
-def lora_bf16_step(module: SentembModule, batch: dict[str, torch.Tensor]) -> tuple[float, dict[str, torch.Tensor], int]:
-    """A step's loss and gradients, its forward under bf16 autocast (as Lightning's bf16-mixed, backward outside it),
-    and the token rows the first decoder layer's MLP computed: the real tokens only, when packed."""
-    rows = []
-    mlp = base_model(module.encoder.backbone).layers[0].mlp  # the transformers model inside peft's wrapper
-    hook = mlp.register_forward_hook(lambda _, args, out: rows.append(args[0].shape[:-1].numel()))
-    with torch.autocast(DEVICE.type, dtype=torch.bfloat16):
-        backward, total, _ = module.step_loss(batch)
-    hook.remove()
-    module.backward(backward)
-    (computed,) = rows
-    return total.item(), {n: p.grad.float() for n, p in module.named_parameters() if p.grad is not None}, computed
+def decoder_mlp(module: SentembModule) -> torch.nn.Module:
+    """The first decoder layer's MLP, in the transformers model inside peft's wrapper."""
+    return base_model(module.encoder.backbone).layers[0].mlp
 
 
 def test_padding_free_equals_padded_in_bf16_with_lora(
     decoder: list[str], small_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     monkeypatch.setattr(packing, "PACK_BELOW", 1.01)  # every batch packed (tests/test_padding_free.py's always_pack)
-    results = []
-    for padding_free in ("true", "false"):
-        # build's model=tiny comes first: DECODER's model=tiny-qwen3 replaces it. Dropout 0: one computation each side
-        overrides = [*decoder, "model.dropout=0.0", "adapter.dropout=0.0", f"model.padding_free={padding_free}"]
-        module = with_trained_adapter(build(overrides, tmp_path, None)).to(DEVICE)
-        batch = device_batch(module, sentences(small_corpus))
-        results.append(lora_bf16_step(module, batch))
-    (loss, grads, rows), (padded_loss, padded_grads, padded_rows) = results
-    mask = module.encoder.training_batch(batch)["attention_mask"]  # both views' rows
-    assert rows == int(mask.sum()) < padded_rows == mask.numel(), "packed: the real tokens only"
+    # build's model=tiny comes first: the decoder's model=tiny-qwen3 replaces it. Dropout 0: one computation each side
+    overrides = [*decoder, "model.dropout=0.0", "adapter.dropout=0.0"]
+    step = functools.partial(bf16_step, feed_forward=decoder_mlp)
+    steps = packed_and_padded(overrides, small_corpus, tmp_path, step, with_trained_adapter)
+    (loss, grads), (padded_loss, padded_grads) = steps
     # the same bf16 weights and rounding either side, but packed (1, T, H) and padded (B, L, H) matmuls and attention
     # may sum in another order, and a sum that moves rounds to the neighbouring bf16 value now and then. Measured on the
     # CPU, tiny-qwen3 / the GPU's 512-wide shape: the loss 0 / 0 apart, a gradient 6.2e-3 / 6.2e-3 at most. All of
@@ -152,12 +147,8 @@ def test_padding_free_equals_padded_in_bf16_with_lora(
     # positions alike, which rotary attention cannot see: rounding only, 2.0e-2 / 2.9e-2). Asked: 1e-3 for the loss,
     # 5e-2 for each gradient (the sharper check here)
     assert abs(loss - padded_loss) <= 1e-3, (loss, padded_loss)
-    assert grads.keys() == padded_grads.keys() and all(map(is_adapter_weight, grads)), "the adapters' gradients"
-    # each gradient's error relative to its norm, or to 1e-3 of the whole gradient's where its own is ~0
-    floor = 1e-3 * torch.cat([grad.flatten() for grad in padded_grads.values()]).norm()
-    errors = {n: float((g - padded_grads[n]).norm() / max(padded_grads[n].norm(), floor)) for n, g in grads.items()}
-    worst = sorted(errors.items(), key=lambda item: -item[1])[:5]
-    assert max(errors.values()) <= 5e-2, f"relative L2 gradient errors, the largest: {worst}"
+    assert grads and all(map(is_adapter_weight, grads)), "the adapters' gradients"
+    assert_gradients_close(grads, padded_grads, 5e-2)
 
 
 def test_a_resumed_lora_run_equals_the_uninterrupted_run(
