@@ -192,6 +192,8 @@ def batch_corpus(data_root: Path) -> Path:
 def test_option_composes_and_passes_the_pre_run_checks(group, option, batch_corpus, tmp_path, no_network):
     cfg = compose_train(option_overrides(group, option, batch_corpus), tmp_path)
     assert cfg.hydra.runtime.choices[group] == option
+    for key in ("model", "pooling", "loss", "data", "trainer", "eval", "paths"):
+        assert key in cfg, f"{group}={option} lost the '{key}' group"
     for plugin in ("launcher", "sweeper"):  # launcher=slurm's submitit, hparams_search=optuna's sweeper
         get_class(cfg.hydra[plugin]._target_)
     if group == "hparams_search":
