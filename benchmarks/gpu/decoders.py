@@ -18,7 +18,9 @@ One call, in this order (the JSON is rewritten after every run, so a call cut sh
    - per shape: full fine-tuning (0.6B only: float32 weights under bf16 autocast, AdamW float32, the way a full
      run should keep its updates), LoRA r16 α32 on every linear layer over a bf16 base (the LLM2Vec presets'),
      LoRA + gradient checkpointing; each padding-free and padded;
-   - at a comparison batch (0.6B: 128, LLM2Vec's; 7B: 16, what LoRA without checkpointing holds padded), then the
+   - at a comparison batch small enough for the anchor, padded, by estimate (0.6B: 64, half LLM2Vec's 128: full
+     fine-tuning keeps ~2.2 MB of activations a padded token, ~70 GB at 2 × 128 × 128; 7B: 16, LoRA without
+     checkpointing ~11 MB a token, ~45 GB at 2 × 16 × 128; a row that does not fit says out of memory), then the
      largest batch that fits, by doubling from there (halving where the comparison batch does not fit) until out
      of memory, the shape's cap, or the budget;
    - the recipe rows: MNTP (head=mntp, contrastive false) as `experiment=llm2vec_*_mntp` runs it (0.6B: llm2vec's
@@ -26,8 +28,8 @@ One call, in this order (the JSON is rewritten after every run, so a call cut sh
      `experiment=llm2vec_mistral_7b_simcse` runs it, that stage again with GradCache (chunks of the comparison
      batch), and encode()'s rate (what each STS-B dev evaluation costs);
    per run: median step time (CUDA synchronised; the first --warmup steps untimed; a search probe: 1 untimed, which
-   allocates AdamW's state, then --search-steps), samples/s, real tokens/s (the
-   encoder's rows: two views, or MNTP's masked copies), peak GPU memory over the steps (`max_memory_allocated`,
+   allocates AdamW's state, then --search-steps), samples/s, real tokens/s (the encoder's rows: two views, or MNTP's
+   masked copies), peak GPU memory over the steps (`max_memory_allocated`,
    reset when the first step starts: weights, optimizer state, activations), MFU, and the ratio against the
    anchor: full fine-tuning padded at 0.6B, LoRA padded at 7B, at the same batch and each at its largest batch;
 4. the projection of `experiment=llm2vec_mistral_7b_mntp` then `_simcse` on this card: their 1000 steps at the
@@ -49,8 +51,9 @@ token attends to its whole sentence; PaLM's appendix B: 12·layers·heads·head_
         [--words PATH] [--skip-tests] [--dry-run]
 
 `--dry-run`: the whole script on the CPU with toy decoders of each shape's family (2 layers, 32 wide), comparison
-batch 4, one doubling (the Mistral-family search refused above batch 8 as if out of memory, so the search's
-recovery runs too), 1 + 1 steps; `make test` runs it. Written to --out (default: $OUT/gpu_decoders on the GPU
+batch 4, the presets' batches 4 too, 1 + 1 steps, one search a shape: the Mistral family's first (its probe at
+batch 8 refused as if out of memory, so the search's recovery runs too) and the Qwen family's first (the anchor's,
+stopped at the dry run's cap, 8); `make test` runs it. Written to --out (default: $OUT/gpu_decoders on the GPU
 machine, else benchmarks/results/gpu_decoders): decoders.json (every run, the machine, ceilings, tests, the
 projection), decoders.md (the tables), tests.xml. Exit status: 0 when every test and every run ran (out of memory
 in a search is its result), 2 when one failed.
@@ -117,7 +120,7 @@ SHAPES = {
         "qwen3",
         {"hidden_size": 1024, "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8,
          "head_dim": 128, "intermediate_size": 3072, "vocab_size": 151936, "tie_word_embeddings": True},
-        ("full", "lora", "lora_gc"), compare_batch=128, cap=8192, mntp_experiment="llm2vec_llama_3_8b_mntp",
+        ("full", "lora", "lora_gc"), compare_batch=64, cap=8192, mntp_experiment="llm2vec_llama_3_8b_mntp",
     ),
     # mistralai/Mistral-7B-Instruct-v0.2's: 6.98 B in its layers, 7.24 B with the embeddings and lm_head
     "mistral-7b": Shape(
