@@ -4,7 +4,8 @@
 # largest batch that fits at max_length 128, MNTP, and the projected cost of LLM2Vec's two stages. One call, ~8 min.
 #
 # Here, first:  make gpu-bundle      (the git-ignored .gpu_bundle/: the wheels the GPU image lacks, MiniLM's words for
-#                                     the in-process tokenizer, the wiki sample and STS-B; < 60 MiB with the tree)
+#                                     the in-process tokenizer, Mistral-7B's tokenizer for real token counts, the wiki
+#                                     sample and STS-B; < 60 MiB with the tree)
 # There, from the repository root, with .gpu_bundle carried and $OUT the folder that comes back:
 #     bash benchmarks/gpu/run_decoders.sh [decoders.py's arguments, e.g. --budget-s 400 --shapes qwen3-0.6b]
 # Here, any machine:  OUT=/tmp/out NO_BUNDLE=1 bash benchmarks/gpu/run_decoders.sh --dry-run   (the CPU, toy sizes)
