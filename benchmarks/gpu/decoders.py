@@ -572,8 +572,9 @@ def length_scale(reference: Path | None, tokenizer: Path, lines: list[str]) -> d
             "reference": str(reference)}  # fmt: skip
 
 
-def projection(name: str, runs: list[Run], searches: dict, encode: dict, stsb: dict, ctx: Context) -> dict[str, Any]:
+def projection(name: str, runs: list[Run], searches: dict, encode: dict, ctx: Context) -> dict[str, Any]:
     """LLM2Vec's two stages at `name` on this card from the measured rates: the arithmetic, each term named."""
+    stsb = ctx.stsb
     shape = SHAPES[name]
     rows = {r.kind: r for r in runs if r.shape == name and r.kind in ("mntp", "simcse", "grad_cache")}
     stages = [rows.get("mntp"), rows.get("simcse")]
@@ -792,7 +793,7 @@ def main(argv: list[str] | None = None) -> int:
         runs, searches, encodes = timings(names, ctx, record, save)
         summarise(runs, searches)
         projections = {
-            name: projection(name, runs, searches, encodes.get(name, {}), ctx.stsb, ctx)
+            name: projection(name, runs, searches, encodes.get(name, {}), ctx)
             for name in names
             if SHAPES[name].simcse_experiment
         }
