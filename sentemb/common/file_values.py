@@ -10,7 +10,9 @@ anything uses them. It lets through:
 - no `_target_` key, except at the nodes a reader names, and there a dotted name only: a part that
   configs written before registry names named by path (matched against the registry, never imported), or the
   record of what a run trained with, never built;
-- where a reader knows the keys a node may hold, those only.
+- where a reader knows the keys a node may hold, those only;
+- nesting at most `MAX_DEPTH` lists or dicts deep (no file sentemb writes nests deeper than a few levels; a deeper
+  one would only exhaust Python's recursion in the parser or the checks).
 A refusal is a SentembConfigError naming the file, the key and the fix, raised before anything is built.
 """
 
@@ -28,6 +30,7 @@ from sentemb.common.errors import SentembConfigError
 INTERPOLATION = "${"
 TARGET = "_target_"
 DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
+MAX_DEPTH = 32  # lists and dicts within each other; sentemb's own files nest at most 5 deep
 REWRITE = "Fix: restore the file as sentemb wrote it, or write it again with the sentemb command that made it"
 
 
@@ -47,11 +50,13 @@ PLAIN = Shape()
 def checked(value: Any, source: str | Path, shape: Shape = PLAIN, fix: str = REWRITE) -> Any:
     """`value` itself if it obeys the rule (see the module's docstring), else a SentembConfigError naming `source`
     (the file), the key and `fix`."""
-    _check(value, "", shape, lambda key, why: _refuse(source, key, why, fix))
+    _check(value, "", shape, lambda key, why: _refuse(source, key, why, fix), 0)
     return value
 
 
-def _check(value: Any, path: str, shape: Shape, refuse: Any) -> None:
+def _check(value: Any, path: str, shape: Shape, refuse: Any, depth: int) -> None:
+    if depth >= MAX_DEPTH and isinstance(value, list | tuple | dict):
+        refuse(path, f"nests lists or dicts more than {MAX_DEPTH} deep")
     if value is None or isinstance(value, bool | int | float):
         return
     if isinstance(value, str):
@@ -60,15 +65,15 @@ def _check(value: Any, path: str, shape: Shape, refuse: Any) -> None:
         return
     if isinstance(value, list | tuple):
         for item in value:
-            _check(item, path, shape, refuse)
+            _check(item, path, shape, refuse, depth + 1)
         return
     if isinstance(value, dict):
-        _check_node(value, path, shape, refuse)
+        _check_node(value, path, shape, refuse, depth + 1)
         return
     refuse(path, f"holds a {type(value).__name__}, not a plain value (null, bool, number, string, list or dict)")
 
 
-def _check_node(node: dict, path: str, shape: Shape, refuse: Any) -> None:
+def _check_node(node: dict, path: str, shape: Shape, refuse: Any, depth: int) -> None:
     allowed = shape.keys.get(path)
     for key, item in node.items():
         where = f"{path}.{key}" if path else str(key)
@@ -82,7 +87,7 @@ def _check_node(node: dict, path: str, shape: Shape, refuse: Any) -> None:
             continue
         if allowed is not None and key not in allowed:
             refuse(where, f"is not a key sentemb reads there ({', '.join(sorted(allowed))})")
-        _check(item, where, shape, refuse)
+        _check(item, where, shape, refuse, depth)
 
 
 def _is_text(path: str, shape: Shape) -> bool:
@@ -101,12 +106,24 @@ def _refuse(source: str | Path, key: str, why: str, fix: str) -> None:
 def read_json(path: Path, shape: Shape = PLAIN, fix: str = REWRITE) -> Any:
     """A JSON file's value through `checked`; unreadable or invalid JSON is named with its line."""
     try:
-        value = json.loads(Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise SentembConfigError(f"{path}:{err.lineno}: not valid JSON ({err.msg}). {fix}") from None
+        text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise SentembConfigError(f"{path}: unreadable ({err}). {fix}") from None
-    return checked(value, path, shape, fix)
+    return checked(parse_json(text, path, fix), path, shape, fix)
+
+
+def parse_json(text: str, source: str | Path, fix: str = REWRITE) -> Any:
+    """JSON text parsed, its errors a SentembConfigError naming `source` (a file, or a file and line) and `fix`: invalid
+    JSON with its line, and nesting too deep for the parser (json raises RecursionError, not a JSON error, there).
+    A reader still passes the value through `checked`, or checks its exact shape itself."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise SentembConfigError(f"{source}:{err.lineno}: not valid JSON ({err.msg}). {fix}") from None
+    except RecursionError:
+        raise SentembConfigError(
+            f"{source}: nests lists or dicts more than {MAX_DEPTH} deep: not JSON that sentemb writes. {fix}"
+        ) from None
 
 
 def read_yaml(path: Path, shape: Shape = PLAIN, fix: str = REWRITE) -> Any:
@@ -121,6 +138,10 @@ def parse_yaml(path: Path, fix: str = REWRITE) -> Any:
 
     try:
         value = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except RecursionError:
+        raise SentembConfigError(
+            f"{path}: nests lists or dicts more than {MAX_DEPTH} deep: not YAML that sentemb writes. {fix}"
+        ) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
