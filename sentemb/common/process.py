@@ -12,7 +12,8 @@ benchmark) needs them without any command:
 - the resolvers conf/ uses: registered when sentemb.common.hydra_plumbing is imported, as Hydra
   resolves `hydra.run.dir` before a command's `main` runs;
 - the padding-free attention: registered when sentemb.encoders.models.padding_free is imported, so every
-  process that holds such a backbone has it (a DDP rank that only unpickles one included);
+  process that holds such a backbone has it (a DDP rank that only unpickles one included), and with it the
+  CPU attention guard (sentemb.encoders.models.cpu_attention: bf16 attention under a lowered ATEN_CPU_CAPABILITY);
 - `torch.utils.deterministic.fill_uninitialized_memory = False`: set by
   sentemb.training.trainer.build_trainer beside the deterministic mode its Trainer switches on.
 """

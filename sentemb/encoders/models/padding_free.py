@@ -29,6 +29,7 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from sentemb.encoders.models.cpu_attention import guard_cpu_attention
 from sentemb.encoders.models.families import family_of
 
 log = logging.getLogger(__name__)
@@ -125,6 +126,7 @@ def causal_attention(module: torch.nn.Module) -> bool:
 
 AttentionInterface.register(ATTENTION, packed_attention)
 AttentionMaskInterface.register(ATTENTION, sdpa_mask)  # padded calls build SDPA's mask
+guard_cpu_attention()  # bf16 attention that holds under any CPU kernel family (cpu_attention.py), padded or packed
 
 
 def unsupported_reason(backbone: PreTrainedModel) -> str | None:
