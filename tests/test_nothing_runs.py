@@ -510,6 +510,8 @@ NOT_CONFIG = {  # files read that are not configuration, each with why the rule 
     ("sentemb/common/file_values.py", "read_json"): "the rule's own reader",
     ("sentemb/common/file_values.py", "parse_yaml"): "the rule's own reader",
     ("sentemb/common/file_values.py", "read_yaml"): "the rule's own reader",
+    ("sentemb/common/file_values.py", "parse_json"): "the rule's own parser (its callers pass the value through "
+    "`checked` or check its exact shape)",
     (
         "sentemb/encoders/serving/onnx_embedder.py",
         "__init__",
@@ -538,7 +540,8 @@ NOT_CONFIG = {  # files read that are not configuration, each with why the rule 
     "strings (file:line), never configuration",
 }
 PARSERS = ("json.load", "json.loads", "yaml.safe_load", "yaml.load", "OmegaConf.load", "torch.load", "read_text")
-RULE_READERS = ("read_json", "read_yaml", "parse_yaml")  # the rule's own: a function calling them reads a file too
+# the rule's own: a function calling them reads a file too
+RULE_READERS = ("read_json", "read_yaml", "parse_yaml", "parse_json")
 
 
 def file_parsing_calls() -> set[tuple[str, str]]:

@@ -24,6 +24,9 @@ PROCESS_WIDE_CALLS = {
     "matplotlib.use": {"sentemb.common.process": "the commands' figure backend"},
     "silence_known_noise": {"sentemb.common.process": "configure_process installs log_noise's filters"},
     "configure_process": {f"sentemb.{command}": "a command, first thing in its main" for command in COMMANDS},
+    "torch.backends.cuda.enable_flash_sdp": {
+        "sentemb.encoders.models.cpu_attention": "only where the CPU's flash kernel fails in bf16 (its probe)"
+    },
 }
 # assignments to a library's process-wide flags → the modules that make them, and why there
 PROCESS_WIDE_FLAGS = {
@@ -40,6 +43,8 @@ AT_IMPORT = {
         "sentemb.encoders.models.padding_free",
         "AttentionMaskInterface.register(ATTENTION, sdpa_mask)",
     ): "as the line above",
+    ("sentemb.encoders.models.padding_free", "guard_cpu_attention()"): "every SDPA call of the process reads the "
+    "switch it may set, and every process holding a backbone imports this module",
     **{
         (package, "import_parts(__name__, __path__)"): "a package's parts register when it is imported "
         "(common/parts.py), so a new module is found without a list to edit"
