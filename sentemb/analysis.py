@@ -34,6 +34,8 @@ from tqdm import tqdm
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.process import configure_process
+from sentemb.common.published_files import published
+from sentemb.eval.figures import save_figure
 from sentemb.losses import build
 
 SIGMA_POS, SIGMA_NEG = 0.05, 0.10
@@ -197,8 +199,7 @@ def simulate(
     fig.colorbar(image, ax=axes, label="mean gradient dissipation")
     fig.suptitle(f"Figure 2: GD over μ_pos–μ_neg ({grid}×{grid} cells, {batches} batches of 1+{NEGATIVES} each)")
     paths["figure2"] = out_dir / "figure2_gradient_dissipation.png"
-    fig.savefig(paths["figure2"], dpi=110)
-    plt.close(fig)
+    save_figure(fig, paths["figure2"], dpi=110)
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8), constrained_layout=True)
     for name, values in shares_tau.items():
@@ -211,8 +212,7 @@ def simulate(
     right.legend(fontsize=8)
     fig.suptitle("Figure 3: mean share of W held by the hardest negative")
     paths["figure3"] = out_dir / "figure3_hardest_negative_share.png"
-    fig.savefig(paths["figure3"], dpi=110)
-    plt.close(fig)
+    save_figure(fig, paths["figure3"], dpi=110)
 
     # cells that do not occur in training: μ_pos ≥ μ_neg, or GD (margin m=0.3) already dissipated
     margin = next(values for name, values in dissipation.items() if name.startswith("margin"))  # paradigm, mMHE, …
@@ -229,14 +229,14 @@ def simulate(
     fig.colorbar(image, ax=axes, label="mean ratio R (clipped at 3; contours at 1 and 2)")
     fig.suptitle("Figure 4: dynamic ratios; shaded: μ_pos ≥ μ_neg or GD (margin 0.3) < 0.01")
     paths["figure4"] = out_dir / "figure4_dynamic_ratio.png"
-    fig.savefig(paths["figure4"], dpi=110)
-    plt.close(fig)
+    save_figure(fig, paths["figure4"], dpi=110)
 
     arrays = {"mu_pos": mu_pos.numpy(), "mu_neg": mu_neg.numpy()}
     for prefix, table in (("gd", dissipation), ("ratio", ratios), ("share_tau", shares_tau), ("share", shares_loss)):
         arrays.update({f"{prefix}: {name}": values for name, values in table.items()})
     paths["arrays"] = out_dir / "simulation.npz"
-    np.savez_compressed(paths["arrays"], **arrays)
+    with published(paths["arrays"], "wb") as handle:  # whole, and never through a link (published_files)
+        np.savez_compressed(handle, **arrays)
     return paths
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.process import configure_process
+from sentemb.common.published_files import publish_text
 from sentemb.encoders.models.backbones import hub_reachable
 
 
@@ -56,7 +57,7 @@ def main(argv: list[str]) -> int:
     tasks = mteb.get_tasks(task_types=["STS"], languages=["eng"])
     results = mteb.evaluate(model, tasks, cache=mteb.ResultCache(folder / "mteb"))
     scores = {r.task_name: 100 * r.get_score() for r in results.task_results}
-    (folder / "mteb" / "sts_scores.json").write_text(json.dumps(scores, indent=2) + "\n")
+    publish_text(folder / "mteb" / "sts_scores.json", json.dumps(scores, indent=2) + "\n")
     print("\n".join(f"{task}: {score:.2f}" for task, score in sorted(scores.items())))
     return 0
 

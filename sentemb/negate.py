@@ -6,9 +6,13 @@ source=spacy (the default) is the released rule on spaCy's parse (`pip install '
 `python -m spacy download en_core_web_sm`); source=rule the parser-free approximation (sentemb.data.negation).
 Each sentence is the line stripped, as the released generate_soft_negative_samples.py writes it. Everything is
 checked before any work (a missing `in`, an `out` that exists unless overwrite=true, an `out` that is `in`, spaCy
-and its pipeline); the file is written beside `out` under a temporary name and renamed into place only once whole,
-so a failed or interrupted run leaves no partial `out`, and without overwrite=true an `out` made meanwhile by
-another command is never replaced.
+and its pipeline, an `out` inside a folder another live command holds: a training run's); the file is written into
+a temporary file beside `out` and renamed into place only once whole (sentemb.common.published_files), so a failed
+or interrupted run leaves no partial `out`, and without overwrite=true an `out` made meanwhile by another command is
+never replaced. No temporary file is left either: it is an unnamed file (O_TMPFILE) where the file system has one,
+so even SIGKILL leaves nothing; elsewhere it is `.<out>.<host>-<pid>-<token>.partial`, removed on any error and on
+SIGTERM, and, after a SIGKILL, by the next write of `out` on the same host. A link at `out` is replaced, never
+written through.
 """
 
 from __future__ import annotations
@@ -16,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,8 +29,10 @@ from tqdm import tqdm
 
 from sentemb.common.command_line import checked_command_line
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.folder_lock import enclosing_locks
 from sentemb.common.paths import CONF_DIR
 from sentemb.common.process import configure_process
+from sentemb.common.published_files import exit_on_sigterm, published
 from sentemb.data.negation import iter_negate_spacy, load_spacy, negate_offline
 
 GENERATORS = ("spacy", "rule")
@@ -39,7 +44,8 @@ USAGE = "python -m sentemb.negate in=<corpus.txt> out=<negations.jsonl>"
 def main(cfg: DictConfig) -> None:
     configure_process()
     try:
-        count, out = negate(cfg)
+        with exit_on_sigterm():  # SIGTERM: the temporary file goes as for any failure
+            count, out = negate(cfg)
     except SentembConfigError as err:
         sys.exit(f"sentemb: {err}")
     print(f"negate: {count} negations (source={describe(cfg)}) written to {out}")
@@ -71,7 +77,12 @@ def negate(cfg: DictConfig) -> tuple[int, Path]:
         negations = iter_negate_spacy(lines, str(cfg.spacy_model), batch_size, key="source")
     else:
         negations = map(negate_offline, lines)
-    write_atomically(out, pairs(sentences(corpus), negations, total), overwrite=bool(cfg.overwrite))
+    locks = enclosing_locks(out, f"out={out}", "wait for it to finish, or name an out= outside it")
+    try:
+        write_atomically(out, pairs(sentences(corpus), negations, total), overwrite=bool(cfg.overwrite))
+    finally:
+        for lock in locks:
+            lock.release()
     return total, out
 
 
@@ -89,7 +100,7 @@ def checked_paths(cfg: DictConfig) -> tuple[Path, Path]:
         raise SentembConfigError(f"out={out} is the corpus itself (in=). Fix: name another file, out=<negations.jsonl>")
     if out.is_dir():
         raise SentembConfigError(f"out={out} is a folder. Fix: name a file in it, out={out / 'negations.jsonl'}")
-    if out.exists() and not cfg.overwrite:
+    if os.path.lexists(out) and not cfg.overwrite:  # a link there too, dangling or not
         raise SentembConfigError(f"out={out} exists. Fix: overwrite=true to replace it, or name another out=")
     return corpus, out
 
@@ -118,38 +129,17 @@ def pairs(lines: Iterator[str], negations: Iterator[str], total: int) -> Iterato
 
 
 def write_atomically(out: Path, lines: Iterator[str], overwrite: bool) -> None:
-    """`lines` written to a new temporary file beside `out`, then published as `out`: renamed over it with
-    overwrite, else linked (a link never replaces a file: an `out` made meanwhile is refused). No partial file is
-    left, whatever stops the writing."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    handle = tempfile.NamedTemporaryFile(
-        "w", encoding="utf-8", dir=out.parent, prefix=f".{out.name}.", suffix=".tmp", delete=False
-    )
-    temporary = Path(handle.name)
+    """`lines` published as `out` (sentemb.common.published_files): renamed over it with overwrite, else linked (a
+    link never replaces a file: an `out` made meanwhile is refused). Whatever stops the writing, no partial `out` and
+    no temporary file is left (see the module's docstring)."""
     try:
-        with handle:
+        with published(out, "w", replace=overwrite, encoding="utf-8") as handle:
             handle.writelines(lines)
-            handle.flush()
-            os.fsync(handle.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)  # a temporary file is private (0600): the result is an ordinary file
-        if overwrite:
-            os.replace(temporary, out)
-            return
-        try:
-            os.link(temporary, out)
-        except FileExistsError:
-            raise SentembConfigError(
-                f"out={out} appeared while negating (another command wrote it); it was left as it is. Fix: "
-                "overwrite=true to replace it, or name another out="
-            ) from None
-        except OSError:  # a file system without hard links: the check, then the rename
-            if out.exists():
-                raise SentembConfigError(f"out={out} appeared while negating. Fix: overwrite=true") from None
-            os.replace(temporary, out)
-    finally:
-        temporary.unlink(missing_ok=True)
+    except FileExistsError:
+        raise SentembConfigError(
+            f"out={out} appeared while negating (another command wrote it); it was left as it is. Fix: "
+            "overwrite=true to replace it, or name another out="
+        ) from None
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from sentemb.encoders.models.backbones import pretrained_positions, tiny_bert
 from sentemb.eval.sts import read_sts_subset, read_stsb_split
 from sentemb.runs.job_outcome import settle
 from sentemb.train import train
+from sentemb.training import checkpoints
 from sentemb.training.checkpoints import AtomicCheckpointIO, write_atomically
 from sentemb.training.checks import prepare_run
 from sentemb.training.module import SentembModule
@@ -268,14 +269,16 @@ def test_every_trainer_writes_checkpoints_atomically(trainer, tmp_path):
 def test_a_training_run_on_a_full_disk_stops_naming_the_checkpoint(
     cli, tiny_overrides, small_stsb, tmp_path, monkeypatch
 ):
-    real_fsync = os.fsync
+    real_publish = checkpoints.publish_bytes
 
-    def full_at_the_best_checkpoint(fd: int) -> None:  # the disk fills as the first best-step*.ckpt is written
-        if "best-step" in os.readlink(f"/proc/self/fd/{fd}"):
+    def full_at_the_best_checkpoint(path: Path, data: bytes, replace: bool = True) -> Path:
+        # the disk fills as the first best-step*.ckpt is written (its temporary file may have no name to tell it by)
+        if "best-step" in path.name:
+            path.parent.mkdir(parents=True, exist_ok=True)  # as the helper does before its temporary file
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        real_fsync(fd)
+        return real_publish(path, data, replace)
 
-    monkeypatch.setattr(os, "fsync", full_at_the_best_checkpoint)
+    monkeypatch.setattr(checkpoints, "publish_bytes", full_at_the_best_checkpoint)
     with pytest.raises(SystemExit) as stop:
         cli([*tiny_overrides, f"eval.stsb_dir={small_stsb}", f"hydra.run.dir={tmp_path}"])
     message = str(stop.value.code)

@@ -284,3 +284,131 @@ def test_sigterm_during_the_dev_evaluation_at_start_stops_the_real_job_at_once(
     assert stopped.value.code == 128 + signal.SIGTERM and read_record(tmp_path)["status"] == "preempted"
     assert calls == [signal.SIGTERM] and signal.getsignal(signal.SIGTERM) is handler
     assert not (tmp_path / "checkpoints" / "last.ckpt").exists(), "stopped before the first step"
+
+
+# ---- a lock file sentemb did not make: refused, never followed, written into or waited on for ever ----
+
+
+def plant_lock(folder: Path, kind: str, victim: Path) -> Path:
+    """`folder/.sentemb.lock` as `kind`: a link to `victim`, a dangling link, a folder, a hard link, a FIFO."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = folder / LOCK_NAME
+    if kind == "a link to a file":
+        lock.symlink_to(victim)
+    elif kind == "a dangling link":
+        lock.symlink_to(folder / "gone" / "lock")
+    elif kind == "a folder":
+        lock.mkdir()
+    elif kind == "a hard link":
+        os.link(victim, lock)
+    elif kind == "a FIFO":
+        os.mkfifo(lock)
+    return lock
+
+
+LOCK_KINDS = {  # what stands at the lock's name → what the refusal says it is (a pattern)
+    "a link to a file": r"a symbolic link \(to .*victim\.txt\)",
+    "a dangling link": r"a symbolic link \(to .*gone/lock, dangling\)",
+    "a folder": "a folder",
+    "a hard link": r"a file with 2 hard links \(the same file under other names\)",
+    "a FIFO": r"not a regular file \(a FIFO, socket or device\)",
+}
+TAKE_LOCK = """
+import sys
+from pathlib import Path
+from sentemb.common.errors import SentembConfigError
+from sentemb.common.folder_lock import take_folder_lock
+try:
+    take_folder_lock(Path(sys.argv[1]), "the folder", "wait").claim("a test")
+except SentembConfigError as err:
+    sys.exit(f"sentemb: {err}")
+"""
+
+
+@pytest.mark.parametrize("kind", LOCK_KINDS)
+def test_a_lock_file_that_is_not_sentembs_is_refused_at_once_and_nothing_is_written_through_it(kind, tmp_path):
+    # a process of its own, with a deadline: a dangling link made the create/open loop spin for ever
+    victim = tmp_path / "victim.txt"
+    victim.write_text("a file of the user's\n")
+    plant_lock(tmp_path / "run", kind, victim)
+    before = sorted(os.listdir(tmp_path / "run"))
+    done = subprocess.run([sys.executable, "-c", TAKE_LOCK, str(tmp_path / "run")], capture_output=True, text=True,
+                          timeout=SECONDS)  # fmt: skip
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert re.search(rf"its lock file .*\.sentemb\.lock is {LOCK_KINDS[kind]}, which sentemb never makes", done.stderr)
+    assert "Fix: remove it (rm " in done.stderr and "Traceback" not in done.stderr
+    assert victim.read_text() == "a file of the user's\n", "the lock's JSON written into the link's target"
+    assert sorted(os.listdir(tmp_path / "run")) == before and not (tmp_path / "run" / "gone").exists()
+
+
+@pytest.mark.parametrize("kind", ["a link to a file", "a folder"])
+def test_a_training_or_an_export_whose_lock_file_is_not_sentembs_is_refused(kind, cli, tmp_path, monkeypatch):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("a file of the user's\n")
+    monkeypatch.setattr(sentemb.train, "train", not_reached)
+    plant_lock(tmp_path / "run", kind, victim)
+    with pytest.raises(SystemExit, match=rf"hydra\.run\.dir=.*is {LOCK_KINDS[kind]}, .*Fix: remove it"):
+        cli([*FINISHED, f"hydra.run.dir={tmp_path / 'run'}"])
+    plant_lock(tmp_path / "out", kind, victim)
+    with pytest.raises(SentembConfigError, match=rf"out=.*is {LOCK_KINDS[kind]}, .*Fix: remove it"):
+        export(compose_export(["model=tiny", "pooling=cls", f"out={tmp_path / 'out'}"]))
+    assert victim.read_text() == "a file of the user's\n"
+    assert not (tmp_path / "run" / "metrics.json").exists(), "refused before the job wrote anything"
+
+
+# ---- a writer into a folder another command holds: refused like a second training ----
+
+
+def test_a_comparison_into_a_live_runs_folder_is_refused_before_any_work(tmp_path, hold_lock, monkeypatch):
+    import sentemb.compare
+    from tests.test_compare import fake_seed_sweep
+
+    sweep = fake_seed_sweep(tmp_path / "sweep")
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    live = hold_lock(run)
+    before = tree(run)
+    out = run / "checkpoints" / "cmp"  # where the live run sets aside and cleans its files
+    monkeypatch.setattr(sentemb.compare, "comparison", lambda *args: pytest.fail("compared into a live run's folder"))
+    with pytest.raises(
+        SentembConfigError,
+        match=rf"--out {re.escape(str(out))} \(inside {re.escape(str(run))}\) is "
+        rf"in use by PID {live.pid} .*Fix: wait for it to finish, or name an --out folder outside it",
+    ):
+        sentemb.compare.compare(compare_args([f"{sweep}:loss=infonce", f"{sweep}:loss=focal"], out))
+    assert tree(run) == before
+
+
+def test_an_export_into_a_live_runs_folder_is_refused_and_makes_nothing_there(tmp_path, hold_lock):
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    live = hold_lock(run)
+    before = tree(run)
+    out = run / "checkpoints" / "exported"
+    with pytest.raises(SentembConfigError, match=rf"out={re.escape(str(out))} \(inside {re.escape(str(run))}\) is in "
+                       rf"use by PID {live.pid} .*Fix: wait for it to finish, or pass an out= outside it"):  # fmt: skip
+        export(compose_export(["model=tiny", "pooling=cls", f"out={out}"]))
+    assert tree(run) == before
+
+
+def test_negations_into_a_live_runs_folder_are_refused(tmp_path, hold_lock):
+    from sentemb.negate import negate
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("A man is not playing.\n")
+    (tmp_path / "run").mkdir()
+    live = hold_lock(tmp_path / "run")
+    cfg = compose_config(CONF_DIR, "negate", [f"in={corpus}", f"out={tmp_path / 'run' / 'negations.jsonl'}",
+                                              "source=rule"])  # fmt: skip
+    with pytest.raises(
+        SentembConfigError, match=rf"out=.*negations\.jsonl \(inside .*run\) is in use by PID {live.pid}"
+    ):
+        negate(cfg)
+    assert not (tmp_path / "run" / "negations.jsonl").exists()
+
+
+def compare_args(contenders: list[str], out: Path):
+    import argparse
+
+    return argparse.Namespace(contenders=contenders, tasks="", out=out, resamples=10, seed=1, level=0.95,
+                              batch_size=8, device="cpu", data_dir=None)  # fmt: skip

@@ -11,9 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-import matplotlib.figure
 import pytest
 
+import sentemb.runs.sweep_figures
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.metric_names import (
     BEST_STEP,
@@ -217,13 +217,13 @@ def test_a_grid_sweeps_report_and_heatmap_read_at_four_digits(tmp_path, monkeypa
         ({"loss.tau": "0.1", "loss.m": "0.4"}, 1, 7.891234, "ok"),
     ])  # fmt: skip
     drawn = {}  # each figure's texts, read as it is saved
-    real_savefig = matplotlib.figure.Figure.savefig
+    real_save_figure = sentemb.runs.sweep_figures.save_figure
 
-    def savefig(figure, path, **kwargs):
+    def save_figure(figure, path, **kwargs):
         drawn[Path(path).name] = [t.get_text() for ax in figure.axes for t in [*ax.texts, *ax.get_xticklabels()]]
-        return real_savefig(figure, path, **kwargs)
+        return real_save_figure(figure, path, **kwargs)
 
-    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+    monkeypatch.setattr(sentemb.runs.sweep_figures, "save_figure", save_figure)
     out = write_report(tmp_path)
     assert "| 1 | 0.05 | 0.3 | 83.46 | 78.46 | 10 | 1 | 1 |" in out["markdown"]
     assert "| 4 | 0.1 | 0.4 | 7.891 | 2.891 | 10 | 1 | 1 |" in out["markdown"]

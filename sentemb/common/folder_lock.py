@@ -19,6 +19,7 @@ import json
 import os
 import shlex
 import socket
+import stat
 import sys
 import time
 from dataclasses import dataclass, field
@@ -87,6 +88,7 @@ def take_folder_lock(folder: Path, named: str, fix: str, wait_s: float = 0.0) ->
     chose it) and `fix`."""
     path = folder / LOCK_NAME
     deadline = time.monotonic() + wait_s
+    replaced = 0  # rounds that found the locked file gone from the path: bounded, so a loop cannot spin
     while True:
         fd, created = open_lock_file(path, named)
         try:
@@ -112,23 +114,93 @@ def take_folder_lock(folder: Path, named: str, fix: str, wait_s: float = 0.0) ->
         if is_current(fd, path):
             return FolderLock(path, fd, created)
         os.close(fd)  # its holder removed that file after this process opened it: lock the one at the path now
+        replaced += 1
+        if replaced >= ATTEMPTS:
+            raise SentembConfigError(
+                f"{named}: its lock file {path} was replaced {ATTEMPTS} times while this command locked it. Fix: "
+                "stop whatever keeps replacing it, then run the command again"
+            )
+
+
+def enclosing_locks(path: Path, named: str, fix: str) -> list[FolderLock]:
+    """The locks of the folders above `path` that hold a lock file (a run folder, an export's out=), taken by a command
+    about to write at `path`: one another live process holds is refused (naming it, `named` and `fix`), the others
+    held until the caller releases them (their files stay: they are their folders')."""
+    held: list[FolderLock] = []
+    try:
+        for folder in Path(os.path.abspath(path)).parents:
+            if os.path.lexists(folder / LOCK_NAME):
+                held.append(take_folder_lock(folder, f"{named} (inside {folder})", fix))
+    except BaseException:
+        for lock in held:
+            lock.release()
+        raise
+    return held
+
+
+# O_NOFOLLOW: a link at the lock's name is refused, never followed (claim() truncates and writes the file it opens);
+# O_NONBLOCK: a FIFO there fails or returns at once instead of waiting for a peer (no effect on a regular file)
+OPEN_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+ATTEMPTS = 100  # create, then open: each round fails only when another process removed the file in between
 
 
 def open_lock_file(path: Path, named: str) -> tuple[int, bool]:
-    """A read-write descriptor of the lock file, and whether this process created it."""
-    while True:
+    """A read-write descriptor of the lock file, and whether this process created it. Anything at `path` but a
+    regular file with one link (a symbolic link, dangling or not, a folder, a FIFO, a hard link to another file) is
+    refused with what it is and the fix; every other error is refused too, so no round repeats for ever."""
+    for _ in range(ATTEMPTS):
         try:
-            return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644), True
-        except FileExistsError:
+            return os.open(path, OPEN_FLAGS | os.O_CREAT | os.O_EXCL, 0o644), True
+        except FileExistsError:  # an entry is there (a dangling link too): opened below, without following it
             pass
         except OSError as err:
             raise unwritable(path, named, err) from err
         try:
-            return os.open(path, os.O_RDWR), False
+            fd = os.open(path, OPEN_FLAGS)
         except FileNotFoundError:
             continue  # removed by its holder in between: create it
         except OSError as err:
+            if err.errno in REFUSED:
+                raise not_a_lock_file(path, named, what_is_there(path)) from None
             raise unwritable(path, named, err) from err
+        found = os.fstat(fd)
+        if stat.S_ISREG(found.st_mode) and found.st_nlink == 1:
+            return fd, False
+        os.close(fd)
+        raise not_a_lock_file(path, named, what_is_there(path))
+    raise SentembConfigError(
+        f"{named}: its lock file {path} was created and removed {ATTEMPTS} times while this command tried to open "
+        "it. Fix: stop whatever keeps removing it, then run the command again"
+    )
+
+
+# what os.open says of an entry that is not a regular file: a link (ELOOP), a folder (EISDIR), a socket (ENXIO)
+REFUSED = (errno.ELOOP, errno.EISDIR, errno.ENXIO)
+
+
+def what_is_there(path: Path) -> str:
+    """What stands at `path`, in words."""
+    try:
+        found = os.lstat(path)
+    except OSError:
+        return "not a regular file"
+    if stat.S_ISLNK(found.st_mode):
+        target = os.readlink(path)
+        dangling = "" if os.path.exists(path) else ", dangling"
+        return f"a symbolic link (to {target}{dangling})"
+    if stat.S_ISDIR(found.st_mode):
+        return "a folder"
+    if stat.S_ISREG(found.st_mode):
+        return f"a file with {found.st_nlink} hard links (the same file under other names)"
+    return "not a regular file (a FIFO, socket or device)"
+
+
+def not_a_lock_file(path: Path, named: str, what: str) -> SentembConfigError:
+    return SentembConfigError(
+        f"{named}: its lock file {path} is {what}, which sentemb never makes there: it is refused, not followed or "
+        f"written into, and nothing was written. Fix: remove it (rm {'-r ' if what == 'a folder' else ''}"
+        f"{shlex.quote(str(path))}); sentemb makes the lock file itself"
+    )
 
 
 def unwritable(path: Path, named: str, err: OSError) -> SentembConfigError:
@@ -139,9 +211,9 @@ def unwritable(path: Path, named: str, err: OSError) -> SentembConfigError:
 
 
 def is_current(fd: int, path: Path) -> bool:
-    """The locked file is the one at `path` (not one its holder unlinked meanwhile)."""
+    """The locked file is the one at `path` (not one its holder unlinked meanwhile, nor a link put in its place)."""
     try:
-        here, there = os.fstat(fd), os.stat(path)
+        here, there = os.fstat(fd), os.lstat(path)
     except FileNotFoundError:
         return False
     return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)

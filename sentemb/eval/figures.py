@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import matplotlib.pyplot as plt  # the commands choose the file-only backend (sentemb.common.process)
 import numpy as np
 from scipy.stats import gaussian_kde
+
+from sentemb.common.published_files import published
 
 BUCKETS = ((0, 1), (1, 2), (2, 3), (3, 4), (4, 5))
 
@@ -24,6 +27,16 @@ def similarity_density_figure(cosines: np.ndarray, gold: np.ndarray, path: Path,
     ax.set(xlabel="predicted cosine similarity", ylabel="density", title=title)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
     return counts
+
+
+def save_figure(fig: Any, path: Path, **options: Any) -> Path:
+    """`fig` as the image file `path` (its format from the suffix), published whole and never through a link
+    (sentemb.common.published_files); the figure closed."""
+    try:
+        with published(path, "wb") as handle:
+            fig.savefig(handle, format=path.suffix.lstrip(".") or "png", **options)
+    finally:
+        plt.close(fig)
+    return path

@@ -12,8 +12,12 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 from omegaconf import DictConfig, OmegaConf
+
+from sentemb.common.errors import SentembConfigError
+from sentemb.common.published_files import open_for_append, publish_text
 
 HYDRA_SUBDIR = ".hydra"  # where Hydra's run_job would save the job's config (its hydra.output_subdir default)
 HYDRA_LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # Hydra's default job_logging format
@@ -36,7 +40,14 @@ def save_hydra_files(cfg: DictConfig, hydra_cfg: DictConfig | None, output_dir: 
     folder = output_dir / HYDRA_SUBDIR
     folder.mkdir(parents=True, exist_ok=True)
     for name, node in files.items():
-        (folder / name).write_text(OmegaConf.to_yaml(node), encoding="utf-8")
+        publish_text(folder / name, OmegaConf.to_yaml(node))
+
+
+class JobLogHandler(logging.FileHandler):
+    """Hydra's file handler, its file opened without following a link (a link at the log's name is refused)."""
+
+    def _open(self) -> IO[str]:
+        return open_for_append(Path(self.baseFilename), self.encoding or "utf-8")
 
 
 @contextmanager
@@ -51,7 +62,13 @@ def job_log(output_dir: Path, hydra_cfg: DictConfig | None) -> Iterator[None]:
         yield
         return
     path.parent.mkdir(parents=True, exist_ok=True)  # Hydra made it already; a direct call of run_job may not have
-    handler = logging.FileHandler(path, encoding="utf-8")
+    try:
+        handler = JobLogHandler(path, encoding="utf-8")
+    except OSError as err:  # a link (ELOOP), a folder or a FIFO at the log's name: refused, never followed
+        raise SentembConfigError(
+            f"{path}: the job's log cannot be opened to append ({err.strerror}): it is not a regular file (a symbolic "
+            "link is refused, never written through). Fix: remove it; the job makes its log itself"
+        ) from None
     fmt = OmegaConf.select(hydra_cfg, "job_logging.formatters.simple.format", default=HYDRA_LOG_FORMAT)
     handler.setFormatter(logging.Formatter(fmt))
     root.addHandler(handler)

@@ -16,6 +16,7 @@ from typing import Any
 
 from sentemb.common.file_values import Shape, checked, parse_yaml
 from sentemb.common.metric_names import DEV_SPEARMAN_BEST_LOGGED, current_name, read_metric
+from sentemb.eval.figures import save_figure
 from sentemb.runs.job_files import HYDRA_SUBDIR
 from sentemb.runs.record import read_records
 from sentemb.runs.sweep_figures import four_digits, plain_ticks
@@ -112,14 +113,11 @@ def build_study(records: list[tuple[Path, dict[str, Any]]], sweep: OptunaSweep) 
 
 
 def _save(axes: Any, path: Path) -> Path:
-    import matplotlib.pyplot as plt
     import numpy as np
 
     figure = np.atleast_1d(axes).flat[0].figure  # plot_slice returns one Axes per parameter
     plain_ticks(figure)
-    figure.savefig(path, dpi=120, bbox_inches="tight")  # not tight_layout: the slice's colorbar defeats it
-    plt.close(figure)
-    return path
+    return save_figure(figure, path, dpi=120, bbox_inches="tight")  # not tight_layout: the slice's colorbar defeats it
 
 
 def importance_figure(study: Any, path: Path, objective: str) -> Path:

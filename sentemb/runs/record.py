@@ -26,6 +26,7 @@ from typing import Any
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.file_values import Shape, read_json
+from sentemb.common.published_files import publish_text
 
 RECORD_NAME = "metrics.json"
 STATUSES = ("ok", "failed", "diverged", "preempted", "running")
@@ -52,11 +53,7 @@ def write_record(directory: Path, record: dict[str, Any]) -> Path:
         raise ValueError(f"record keys {unknown} are not in RECORD_KEYS (sentemb.runs.record)")
     directory.mkdir(parents=True, exist_ok=True)
     clean = {**record, "metrics": {k: finite_or_none(v) for k, v in (record.get("metrics") or {}).items()}}
-    path = directory / RECORD_NAME
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(clean, indent=2, default=str) + "\n")
-    tmp.replace(path)
-    return path
+    return publish_text(directory / RECORD_NAME, json.dumps(clean, indent=2, default=str) + "\n")
 
 
 def read_record(directory: Path) -> dict[str, Any] | None:

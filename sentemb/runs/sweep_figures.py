@@ -9,6 +9,8 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+from sentemb.eval.figures import save_figure
+
 
 def four_digits(value: float | None) -> str:
     """`value` to 4 significant digits, trailing zeros kept (83.50, 0.3075, 3.000e-05); – for a missing value."""
@@ -79,10 +81,7 @@ def grid_figures(sweep_dir: Path, rows: list[dict[str, Any]], params: list[str])
             ax.legend(fontsize=8)
         plain_ticks(fig)
         fig.tight_layout()
-        path = sweep_dir / f"sweep_{param}.png"
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        written.append(path)
+        written.append(save_figure(fig, sweep_dir / f"sweep_{param}.png", dpi=120))
     if len(by_size) >= 2:
         rows_param, cols_param = by_size[0], by_size[1]
         grid = [
@@ -105,8 +104,5 @@ def grid_figures(sweep_dir: Path, rows: list[dict[str, Any]], params: list[str])
                     ax.text(j, i, four_digits(value), ha="center", va="center", color="white", fontsize=8)
         fig.colorbar(image, ax=ax)
         fig.tight_layout()
-        path = sweep_dir / "sweep_heatmap.png"
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        written.append(path)
+        written.append(save_figure(fig, sweep_dir / "sweep_heatmap.png", dpi=120))
     return written

@@ -45,6 +45,7 @@ from sentemb.common.metric_names import (
     read_metric,
     sts_test_metric,
 )
+from sentemb.common.published_files import publish_text, published
 from sentemb.common.wandb_mode import wandb_mode
 from sentemb.eval.sts import STS_TASKS
 from sentemb.runs.jobs import current_hydra, job_overrides, override_key
@@ -206,7 +207,7 @@ def markdown(
 def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
     import csv
 
-    with path.open("w", newline="", encoding="utf-8") as handle:
+    with published(path, "w", encoding="utf-8", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
@@ -224,10 +225,10 @@ def write_report(sweep_dir: Path) -> dict[str, Any]:
     if any(c["n"] > 1 for c in configs):  # a table of seed tests needs seeds
         write_csv(sweep_dir / TESTS_NAME, tests)
     report = markdown(sweep_dir, rows, params, configs, notes, tests)
-    (sweep_dir / "sweep.md").write_text(report, encoding="utf-8")
+    publish_text(sweep_dir / "sweep.md", report)
     if configs:
         readable_winner = {**configs[0], **{p: readable(configs[0][p]) for p in params}}
-        (sweep_dir / "best_overrides.txt").write_text("\n".join(as_overrides(readable_winner, params)) + "\n")
+        publish_text(sweep_dir / "best_overrides.txt", "\n".join(as_overrides(readable_winner, params)) + "\n")
     return {
         "rows": rows, "params": params, "configurations": configs, "tests": tests, "markdown": report, "figures": pngs,
     }  # fmt: skip

@@ -5,6 +5,7 @@ Whether W&B logs online at all is decided in sentemb.common.wandb_mode.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -17,6 +18,7 @@ from urllib.parse import urlparse
 from urllib.request import getproxies, proxy_bypass
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.published_files import publish_text
 from sentemb.common.wandb_mode import wandb_mode
 from sentemb.runs.jobs import current_hydra, is_multirun, job_overrides, short_name, swept_keys
 
@@ -90,10 +92,13 @@ def wandb_run_id(checkpoint_dir: Path) -> str:
     """The W&B run id kept beside a run's checkpoints (created on first use): a resumed or requeued run continues the
     same W&B run, and a fresh start (its old checkpoints set aside) gets a new one."""
     path = Path(checkpoint_dir) / RUN_ID_FILE
-    if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(uuid.uuid4().hex[:12] + "\n")  # W&B takes any [a-z0-9] id; it makes 8-character ones
-    run_id = path.read_text(encoding="utf-8", errors="replace").strip()
+    if not os.path.lexists(path):  # W&B takes any [a-z0-9] id; it makes 8-character ones
+        with contextlib.suppress(FileExistsError):  # made meanwhile (or a link planted there): read below, as found
+            publish_text(path, uuid.uuid4().hex[:12] + "\n", replace=False)
+    try:  # a link there is refused: the id is this run's own file, not one read elsewhere (nor a huge one read whole)
+        run_id = "<a link>" if path.is_symlink() else read_head(path).strip()
+    except OSError as err:
+        run_id = f"<unreadable: {err.strerror}>"
     if not RUN_ID.fullmatch(run_id):  # read from a file: an id, nothing else reaches wandb.init
         raise SentembConfigError(
             f"{path}: {run_id[:40]!r} is not a W&B run id (letters and digits, 1-64). Fix: delete the file (the run "
@@ -103,6 +108,12 @@ def wandb_run_id(checkpoint_dir: Path) -> str:
 
 
 RUN_ID = re.compile(r"[A-Za-z0-9]{1,64}")
+
+
+def read_head(path: Path) -> str:
+    """The first bytes of `path` as text: an id is at most 64 characters, a longer file is refused as it is."""
+    with path.open("rb") as handle:
+        return handle.read(128).decode("utf-8", errors="replace")
 
 
 def finish_wandb(record: dict[str, Any] | None = None) -> None:
