@@ -167,3 +167,32 @@ def test_scoring_sickr_dev_beside_stsb_dev_keeps_the_stsb_checkpoint_and_scores_
     # the kept (STS-B dev) checkpoint rescored on SICK-R dev: the same weights and pairs as the logged evaluation
     assert metrics[SICKR_DEV_SPEARMAN_BEST_RESCORED] == sickr[metrics[BEST_STEP]]
     check_metric_name(SICKR_DEV_SPEARMAN_BEST_RESCORED)  # a sweep may rank on it (hparams_search=hicl_table13)
+
+
+SICK_HEADER = "pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment\n"
+NO_SPEARMAN = [([3.2], "1 scored sentence pair(s); a correlation needs at least 2"), ([3.2] * 5, "gold scores is 3.2")]
+
+
+@pytest.mark.usefixtures("forbid_model_loading")
+@pytest.mark.parametrize(("golds", "why"), NO_SPEARMAN)
+def test_a_trial_split_without_a_spearman_is_refused_before_any_model_loads(golds, why, tmp_path):
+    """Issue 51, findings 5 (a constant gold: every SICK-R dev score NaN, a checkpoint "selected" at -inf, status ok)
+    and 12 (one pair: past the start check, then scipy's error at the first dev evaluation)."""
+    senteval = tmp_path / "senteval"
+    trial = senteval / "SICK" / "SICK_trial.txt"
+    trial.parent.mkdir(parents=True)
+    rows = "".join(f"{i}\tA man plays {i}\tA woman sings {i}\t{gold}\tNEUTRAL\n" for i, gold in enumerate(golds))
+    trial.write_text(SICK_HEADER + rows, encoding="utf-8")
+    message = refused([*SICKR, f"eval.senteval_dir={senteval}"], tmp_path)
+    prefix = f"eval.select=sickr_dev (or eval.score_sickr_dev=true) scores SICK-R dev, {trial}:"
+    assert message.startswith(prefix) and why in message and "Fix:" in message
+
+
+@pytest.mark.usefixtures("forbid_model_loading")
+@pytest.mark.parametrize(("golds", "why"), NO_SPEARMAN)
+def test_an_stsb_dev_split_without_a_spearman_is_refused_before_any_model_loads(golds, why, small_stsb, tmp_path):
+    """The dev set that selects by default, under the same rule as SICK-R dev."""
+    dev = small_stsb / "sts-dev.csv"
+    dev.write_text("".join(f"g\tf\ty\t{i}\t{gold}\ta {i}\tb {i}\n" for i, gold in enumerate(golds)), encoding="utf-8")
+    message = refused([f"eval.stsb_dir={small_stsb}"], tmp_path)
+    assert message.startswith(f"{dev}: ") and why in message and "Fix:" in message

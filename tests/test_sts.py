@@ -15,10 +15,10 @@ def write_split(directory, name, rows):
 
 
 def test_reads_like_senteval(tmp_path):
-    write_split(tmp_path, "dev", [["g", "f", "y", "1", "4.5", "a  man\tx", "b"]])
+    write_split(tmp_path, "dev", [["g", "f", "y", "1", "4.5", "a  man\tx", "b"], ["g", "f", "y", "2", "1", "c", "d"]])
     pairs = read_stsb_split(tmp_path / "sts-dev.csv")
     # the tab inside s1 makes x the s2 column and "b" an 8th column, exactly as SentEval's split does
-    assert pairs.first == ["a man"] and pairs.second == ["x"] and pairs.gold.tolist() == [4.5]
+    assert pairs.first == ["a man", "c"] and pairs.second == ["x", "d"] and pairs.gold.tolist() == [4.5, 1.0]
 
 
 def test_malformed_lines_name_file_and_line(tmp_path):

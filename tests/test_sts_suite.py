@@ -210,3 +210,68 @@ def test_unknown_transfer_mode_fails_before_the_model(tmp_path, monkeypatch):
     monkeypatch.setattr(sentemb.encoders.models.backbones, "tiny_bert", lambda **_: pytest.fail("model loaded first"))
     with pytest.raises(SentembConfigError, match="mode='quick'"):
         evaluate(compose_eval(["model=tiny", "tasks=[TREC]", "mode=quick"]), tmp_path)
+
+
+def npz_with(tmp_path: Path, members: dict[str, bytes]) -> Path:
+    """An archive of .npy members given as bytes (a crafted header: no array of its size is ever made)."""
+    import zipfile
+
+    path = tmp_path / SIMILARITIES_NAME
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, content in members.items():
+            archive.writestr(f"{name}.npy", content)
+    return path
+
+
+def npy_header(descr: str, shape: tuple[int, ...], data: bytes = b"") -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, {"descr": descr, "fortran_order": False, "shape": shape})
+    return buffer.getvalue() + data
+
+
+def npy_bytes(array: np.ndarray) -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
+
+
+TWO_PAIRS = SentencePairs(["a", "b"], ["c", "d"], np.array([1.0, 4.0]))
+
+
+@pytest.mark.parametrize(
+    ("entry", "header"),
+    [("cosine/STSBenchmark/test", ("<f8", (10**10,))), ("pairs/STSBenchmark/test", ("<U64", (10**9,)))],
+)
+def test_an_npz_header_declaring_a_huge_array_is_refused_before_numpy_allocates_it(entry, header, tmp_path):
+    """Issue 51, finding 13: a similarities.npz member whose header declares 1e10 values (80 GB) with 16 bytes
+    behind it; bounded by what today's pairs need, refused naming the file and the entry."""
+    from sentemb.eval.similarities import pairs_digest
+
+    members = {
+        "pairs/STSBenchmark/test": npy_bytes(np.asarray(pairs_digest(TWO_PAIRS))),
+        "cosine/STSBenchmark/test": npy_bytes(np.array([0.5, 0.25])),
+    }
+    members[entry] = npy_header(*header, data=b"\0" * 16)
+    path = npz_with(tmp_path, members)
+    with pytest.raises(SentembConfigError, match=rf"^{path}: {entry} declares shape .*Fix: "):
+        read_similarities(path, {"STSBenchmark": {"test": TWO_PAIRS}})
+
+
+def test_stored_cosines_that_are_all_equal_are_refused_not_scored(tmp_path):
+    """All-zero cosines (what a NaN whitening used to store): no Spearman to compare, refused naming the entry."""
+    from sentemb.eval.scorable import UndefinedScore
+    from sentemb.eval.similarities import pairs_digest
+
+    members = {"pairs/STSBenchmark/test": npy_bytes(np.asarray(pairs_digest(TWO_PAIRS)))}
+    path = npz_with(tmp_path, {**members, "cosine/STSBenchmark/test": npy_bytes(np.zeros(2))})
+    with pytest.raises(UndefinedScore, match=rf"^{path}: cosine/STSBenchmark/test: .*the same similarity"):
+        read_similarities(path, {"STSBenchmark": {"test": TWO_PAIRS}})
+    path = npz_with(tmp_path, {**members, "cosine/STSBenchmark/test": npy_bytes(np.array([0.5, 0.25]))})
+    assert read_similarities(path, {"STSBenchmark": {"test": TWO_PAIRS}})["STSBenchmark"]["test"].tolist() == [
+        0.5,
+        0.25,
+    ]

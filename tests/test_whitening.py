@@ -96,3 +96,64 @@ def test_a_missing_whitening_corpus_is_refused_before_any_model_loads(tmp_path, 
 
     with pytest.raises(SentembConfigError, match="whitening=.*no such file"):
         evaluate(compose_eval(["model=tiny", "tasks=[STSBenchmark]", f"whitening={tmp_path}/none.txt"]), tmp_path)
+
+
+def compose_whitening(overrides: list[str]):
+    from tests.test_sts_suite import compose_eval
+
+    return compose_eval(["model=tiny", "tasks=[STSBenchmark]", "sts_splits=[test]", *overrides])
+
+
+@pytest.mark.usefixtures("forbid_model_loading")
+def test_a_corpus_of_identical_lines_is_refused_before_any_model_loads(tmp_path):
+    """Issue 51, finding 4: every Spearman NaN, exit 0, NaN in results.json and all-zero cosines in similarities.npz;
+    refused when the corpus is read (as export refuses it), nothing written."""
+    from sentemb.eval.suite import evaluate
+
+    corpus = tmp_path / "c200.txt"
+    corpus.write_text("The same sentence, every line.\n" * 200, encoding="utf-8")
+    with pytest.raises(
+        SentembConfigError, match=rf"^whitening={corpus}: 1 distinct sentences.*Fix: a corpus of at least"
+    ):
+        evaluate(compose_whitening([f"whitening={corpus}"]), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_embeddings_without_any_variance_have_no_whitening():
+    """Distinct sentences that a model embeds alike: refused once encoded, never a NaN map (finding 4's other way)."""
+    from sentemb.eval.scorable import UndefinedScore
+
+    with pytest.raises(UndefinedScore, match=r"^whitening \(STS12\): the model embeds all 10 of its sentences alike"):
+        Whitening.fit(np.ones((10, 4)), None, "whitening (STS12)")
+    with pytest.raises(UndefinedScore, match="not all finite"):
+        Whitening.fit(np.full((10, 4), np.nan), None, "whitening (STS12)")
+
+
+@pytest.mark.usefixtures("forbid_model_loading")
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["whitening=task", "whitening_dim=0"], r"^whitening_dim=0: the number of directions"),
+        (["whitening=task", "whitening_dim=true"], r"^whitening_dim=True: the number of directions"),
+        (["whitening_dim=8"], r"^whitening_dim=8 without whitening=: .*Fix: "),
+    ],
+)
+def test_a_bad_whitening_dim_is_refused_by_its_key_before_any_model_loads(overrides, message, tmp_path):
+    """Issue 51, finding 9: refused only after every sentence was encoded, naming `whitening=/…/c200.txt.dim=0`; or,
+    without whitening=, silently ignored. Now export's own check, before anything loads."""
+    from sentemb.eval.suite import evaluate
+
+    with pytest.raises(SentembConfigError, match=message):
+        evaluate(compose_whitening(overrides), tmp_path)
+
+
+def test_a_whitening_dim_past_the_embedding_is_refused_before_any_sentence_is_encoded(tmp_path, monkeypatch):
+    from sentemb.eval.cache import EmbeddingCache
+    from sentemb.eval.suite import evaluate
+
+    def encoded(*args, **kwargs):
+        raise AssertionError("the sentences were encoded before whitening_dim was checked")
+
+    monkeypatch.setattr(EmbeddingCache, "prefetch", encoded)
+    with pytest.raises(SentembConfigError, match=r"^whitening_dim=33: more than the embedding's 32 dimensions. Fix: "):
+        evaluate(compose_whitening(["whitening=task", "whitening_dim=33"]), tmp_path)  # model=tiny: 32 wide

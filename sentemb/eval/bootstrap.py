@@ -24,6 +24,8 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.memory import allowed_bytes, in_gib
+from sentemb.eval.scorable import UndefinedScore, check_gold, check_similarities
 
 RESAMPLES = 1000
 SEED = 1234
@@ -81,6 +83,20 @@ class Resampling:
             return cls(**settings)
         except ValueError as err:
             raise SentembConfigError(f"{key}.{err}. {fix}") from None
+
+    def check_fits(self, pairs: int, key: str) -> None:
+        """`resamples` bounded by this machine's memory before the bootstrap of `pairs` pairs allocates anything
+        (`key`: the setting that chose it): each resample draws an int64 index per pair (twice that at the peak, when
+        the subsets' blocks are concatenated) and keeps a few float64 statistics."""
+        per_resample = 2 * 8 * pairs + 4 * 8
+        allowed = allowed_bytes()
+        if self.resamples * per_resample > allowed:
+            raise SentembConfigError(
+                f"{key}={self.resamples}: the bootstrap of {pairs} pairs would need "
+                f"{in_gib(self.resamples * per_resample)}, more than the {in_gib(allowed)} this machine can give it "
+                f"now (half of its available memory); nothing was allocated. Fix: {key}={RESAMPLES} (the default), at "
+                f"most {allowed // per_resample} here"
+            )
 
     def as_dict(self) -> dict[str, Any]:
         """The procedure, as results.json records it beside the intervals."""
@@ -174,7 +190,13 @@ def resampled_spearman(predicted: Sequence[np.ndarray], gold: np.ndarray, indice
 
 
 def percentile_interval(estimate: float, resampled: np.ndarray, level: float = LEVEL) -> Interval:
-    """The percentile interval of the resampled statistic (resamples where it is undefined left out)."""
+    """The percentile interval of the resampled statistic (resamples where it is undefined left out; refused if that
+    is every one: no interval, never a NaN one)."""
+    if np.isnan(resampled).all():
+        raise UndefinedScore(
+            f"none of the {len(resampled)} bootstrap resamples has a defined statistic (each drew only tied values): "
+            "no interval can be computed. Fix: more resamples (intervals.resamples, e.g. 1000)"
+        )
     tail = 100.0 * (1.0 - level) / 2.0
     low, high = np.nanpercentile(resampled, [tail, 100.0 - tail])
     return Interval(float(estimate), float(low), float(high))
@@ -191,12 +213,20 @@ def spearman_interval(
 ) -> Interval:
     """Spearman ×100 of (predicted, gold) with its percentile bootstrap interval. `sizes`: the subsets the pairs
     are the concatenation of (resampled within each); `estimate`: the point score as already computed."""
+    check_spearman_input(gold, predicted)
     sizes = [len(gold)] if sizes is None else list(sizes)
     indices = resample_indices(sizes, resamples, seed)
     (resampled,) = resampled_spearman([predicted], gold, indices)
     if estimate is None:
         estimate = 100.0 * float(spearmanr(predicted, gold)[0])
     return percentile_interval(estimate, resampled, level)
+
+
+def check_spearman_input(gold: np.ndarray, *predicted: np.ndarray) -> None:
+    """The pairs an interval resamples, refused where Spearman itself is undefined (sentemb.eval.scorable)."""
+    check_gold(gold, "the resampled pairs", "Fix: resample pairs scored with at least 2 different gold scores")
+    for similarities in predicted:
+        check_similarities(similarities, "the resampled pairs")
 
 
 def paired_spearman_difference(
@@ -211,6 +241,7 @@ def paired_spearman_difference(
 ) -> PairedDifference:
     """A's Spearman minus B's on the same pairs (`estimate`: that difference on all pairs), with the interval of
     the difference over shared resamples and the two-sided p-value of "no difference" (docs/evaluation.md)."""
+    check_spearman_input(gold, predicted_a, predicted_b)
     sizes = [len(gold)] if sizes is None else list(sizes)
     indices = resample_indices(sizes, resamples, seed)
     a, b = resampled_spearman([predicted_a, predicted_b], gold, indices)
@@ -234,6 +265,8 @@ def accuracy_interval(
 ) -> Interval:
     """Accuracy ×100 of 0/1 outcomes on a test set with its percentile bootstrap interval over the test examples."""
     correct = np.asarray(correct, dtype=np.float64)
+    if not len(correct):
+        raise UndefinedScore("no test example to count: an accuracy (and its interval) is undefined")
     indices = resample_indices([len(correct)], resamples, seed)
     resampled = 100.0 * correct[indices].mean(axis=1)
     return percentile_interval(100.0 * float(correct.mean()), resampled, level)

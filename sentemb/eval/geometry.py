@@ -13,7 +13,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from sentemb.eval.scorable import UndefinedScore
 from sentemb.eval.sts import SentencePairs
+
+POSITIVE = 4.0  # SimCSE's threshold: a pair with a gold score at least this is a positive pair
 
 
 def alignment(a: np.ndarray, b: np.ndarray, alpha: float = 2.0) -> float:
@@ -29,7 +32,20 @@ def uniformity(embeddings: np.ndarray, t: float = 2.0) -> float:
     return float(torch.pdist(x).pow(2).mul(-t).exp().mean().log())
 
 
-def alignment_uniformity(pairs: SentencePairs, embed, positive_threshold: float = 4.0) -> dict[str, float]:
+def check_geometry_pairs(pairs: SentencePairs, fix: str, positive_threshold: float = POSITIVE) -> None:
+    """The pairs alignment and uniformity are measured on, refused when read where either is undefined (the mean
+    over no positive pair, the mean over no two distinct sentences): sentemb.eval.scorable's rule."""
+    if not (pairs.gold >= positive_threshold).any():
+        raise UndefinedScore(
+            f"{pairs.source}: no pair has a gold score of {positive_threshold:g} or more, so alignment (the mean "
+            f"distance of positive pairs) is undefined. {fix}"
+        )
+    if len(set(pairs.first + pairs.second)) < 2:
+        raise UndefinedScore(f"{pairs.source}: one distinct sentence, so uniformity is undefined. {fix}")
+
+
+def alignment_uniformity(pairs: SentencePairs, embed, positive_threshold: float = POSITIVE) -> dict[str, float]:
+    check_geometry_pairs(pairs, "Fix: measure them on an STS-B split with positive pairs", positive_threshold)
     positive = pairs.gold >= positive_threshold
     first = [s for s, keep in zip(pairs.first, positive, strict=True) if keep]
     second = [s for s, keep in zip(pairs.second, positive, strict=True) if keep]

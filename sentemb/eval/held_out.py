@@ -19,7 +19,7 @@ from sentemb.common.errors import SentembConfigError
 from sentemb.common.metric_names import TEST_ALIGNMENT, TEST_PEARSON, TEST_UNIFORMITY, interval_names, sts_test_metric
 from sentemb.eval.bootstrap import Resampling
 from sentemb.eval.cache import EmbeddingCache
-from sentemb.eval.geometry import alignment_uniformity
+from sentemb.eval.geometry import alignment_uniformity, check_geometry_pairs
 from sentemb.eval.sts import (
     STS_TASKS,
     SentencePairs,
@@ -58,6 +58,12 @@ class HeldOutTasks:
             else load_sts_task(Path(senteval_dir), task, ("test",))
             for task in checked_test_tasks(tasks)
         }
+        # STS-B test's alignment and uniformity are recorded too: refused now where they could not be computed
+        check_geometry_pairs(self.data["STSBenchmark"]["test"], "Fix: restore the file from the SentEval download")
+
+    def largest_task(self) -> int:
+        """The most pairs one of these tasks' bootstraps resamples (its subsets pooled)."""
+        return max((sum(len(pairs.gold) for pairs in subsets.values()) for subsets in self.data.values()), default=0)
 
     def score(self, encoder: Any, batch_size: int) -> tuple[dict[str, float], dict[str, dict[str, np.ndarray]]]:
         """({metric: value} with each score's interval bounds, STS-B's Pearson, alignment and uniformity, {task:

@@ -22,6 +22,7 @@ from scipy.stats import pearsonr, spearmanr
 from sentemb.common.errors import SentembConfigError
 from sentemb.eval.bootstrap import Interval, Resampling
 from sentemb.eval.cache import EmbeddingCache
+from sentemb.eval.scorable import check_gold, check_similarities, defined
 
 STS_YEARS = {
     "STS12": ("STS12-en-test", ("MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews")),
@@ -37,11 +38,12 @@ STS_TASKS = (*STS_YEARS, "STSBenchmark", "SICKRelatedness")
 
 @dataclass(frozen=True)
 class SentencePairs:
-    """Scored sentence pairs of one subset or split."""
+    """Scored sentence pairs of one subset or split; `source`: the file they were read from (messages name it)."""
 
     first: list[str]
     second: list[str]
     gold: np.ndarray
+    source: str = "the pairs"
 
 
 def _tokens(text: str) -> str:
@@ -101,16 +103,19 @@ def read_sts_subset(directory: Path, subset: str) -> SentencePairs:
         first.append(_tokens(columns[0]))
         second.append(_tokens(columns[1]))
         gold.append(_score(score, scores, number))
-    return scored(SentencePairs(first, second, np.asarray(gold, dtype=np.float64)), scores)
+    return scored(first, second, gold, scores)
 
 
-def scored(pairs: SentencePairs, path: Path) -> SentencePairs:
-    """`pairs`, refused if none is scored: no correlation (nor its interval) exists without pairs."""
-    if not len(pairs.gold):
-        raise SentembConfigError(
-            f"{path}: no scored sentence pair in it. Fix: restore the file from the SentEval download."
-        )
-    return pairs
+RESTORE_FIX = "Fix: restore the file from the SentEval download."
+
+
+def scored(first: list[str], second: list[str], gold: list[float], path: Path) -> SentencePairs:
+    """The pairs read from `path`, refused when read if no correlation (nor its interval) could be computed on them:
+    no scored pair, fewer than 2, or gold scores all equal (sentemb.eval.scorable)."""
+    if not gold:
+        raise SentembConfigError(f"{path}: no scored sentence pair in it. {RESTORE_FIX}")
+    check_gold(np.asarray(gold, dtype=np.float64), str(path), RESTORE_FIX)
+    return SentencePairs(first, second, np.asarray(gold, dtype=np.float64), str(path))
 
 
 def _read_scored_pairs(path: Path, columns: tuple[int, int, int], layout: str, header: bool) -> SentencePairs:
@@ -125,7 +130,7 @@ def _read_scored_pairs(path: Path, columns: tuple[int, int, int], layout: str, h
             first.append(_tokens(fields[first_at]))
             second.append(_tokens(fields[second_at]))
             gold.append(_score(fields[score_at], path, number))
-    return scored(SentencePairs(first, second, np.asarray(gold, dtype=np.float64)), path)
+    return scored(first, second, gold, path)
 
 
 def read_stsb_split(path: Path) -> SentencePairs:
@@ -161,11 +166,14 @@ def pairwise_cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.divide((a * b).sum(axis=1), norms, out=np.zeros(len(a)), where=norms > 0)
 
 
-def correlations(predicted: np.ndarray, gold: np.ndarray) -> dict[str, float]:
-    """Spearman and Pearson ×100 (the tables' unit)."""
+def correlations(predicted: np.ndarray, gold: np.ndarray, where: str = "the pairs") -> dict[str, float]:
+    """Spearman and Pearson ×100 (the tables' unit) of the pairs `where` names; refused where undefined (fewer than
+    2 pairs, or either side all equal: sentemb.eval.scorable), never NaN."""
+    check_gold(gold, where, RESTORE_FIX)
+    check_similarities(predicted, where)
     return {
-        "spearman": 100.0 * float(spearmanr(predicted, gold)[0]),
-        "pearson": 100.0 * float(pearsonr(predicted, gold)[0]),
+        "spearman": defined(100.0 * float(spearmanr(predicted, gold)[0]), f"{where}: Spearman"),
+        "pearson": defined(100.0 * float(pearsonr(predicted, gold)[0]), f"{where}: Pearson"),
     }
 
 
@@ -180,10 +188,13 @@ def sts_similarities(subsets: dict[str, SentencePairs], embed: Embed) -> dict[st
 def score_similarities(subsets: dict[str, SentencePairs], similarities: dict[str, np.ndarray]) -> dict:
     """Per-subset Pearson/Spearman/n and SentEval's aggregates over subsets: all (pooled), mean, wmean."""
     per_subset = {
-        name: {**correlations(similarities[name], pairs.gold), "n": len(pairs.gold)} for name, pairs in subsets.items()
+        name: {**correlations(similarities[name], pairs.gold, pairs.source), "n": len(pairs.gold)}
+        for name, pairs in subsets.items()
     }
     pooled = correlations(
-        np.concatenate([similarities[name] for name in subsets]), np.concatenate([p.gold for p in subsets.values()])
+        np.concatenate([similarities[name] for name in subsets]),
+        np.concatenate([p.gold for p in subsets.values()]),
+        "the pooled pairs of " + ", ".join(pairs.source for pairs in subsets.values()),
     )
     weights = [scores["n"] for scores in per_subset.values()]
     aggregate = {
@@ -273,4 +284,6 @@ class STSBenchmark:
     def evaluate(self, encoder, batch_size: int = 128, show_progress: bool = False) -> dict[str, dict[str, float]]:
         """{split: {spearman, pearson}} for `encoder`, split by split."""
         similarities = self.similarities(encoder, batch_size, show_progress)
-        return {split: correlations(similarities[split], pairs.gold) for split, pairs in self.pairs.items()}
+        return {
+            split: correlations(similarities[split], pairs.gold, pairs.source) for split, pairs in self.pairs.items()
+        }

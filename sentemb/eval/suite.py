@@ -2,7 +2,9 @@
 
 Writes `results.json` and `results.md` into the run directory and prints the tables. All
 task data is read (and checked) before the model is loaded; every distinct sentence of
-every requested task is encoded once, through the same `encode()` training uses.
+every requested task is encoded once, through the same `encode()` training uses. A score that
+cannot be computed is refused (sentemb.eval.scorable): its input when read, a model output that
+leaves it undefined once encoded; results.json never holds a NaN.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from sentemb.common.errors import SentembConfigError
 from sentemb.common.file_values import Shape, read_json
 from sentemb.common.hydra_plumbing import part_name, resolved_container
 from sentemb.common.paths import resolve_data_root
+from sentemb.common.published_files import publish_text
 from sentemb.common.wandb_mode import wandb_mode
 from sentemb.encoders.build import build_encoder, check_checkpoint_parts, encoder_from_checkpoint
 from sentemb.encoders.checkpoint import model_label, read_checkpoint
@@ -28,8 +31,9 @@ from sentemb.encoders.serving.onnx_embedder import RECIPE, OnnxEncoder
 from sentemb.eval.bootstrap import Resampling
 from sentemb.eval.cache import EmbeddingCache
 from sentemb.eval.figures import similarity_density_figure
-from sentemb.eval.geometry import alignment_uniformity
+from sentemb.eval.geometry import alignment_uniformity, check_geometry_pairs
 from sentemb.eval.report import markdown_report
+from sentemb.eval.scorable import finite_record
 from sentemb.eval.similarities import SIMILARITIES_NAME, write_similarities
 from sentemb.eval.sts import (
     STS_TASKS,
@@ -44,9 +48,23 @@ from sentemb.eval.sts import (
     table_score,
 )
 from sentemb.eval.timing import Stopwatch
-from sentemb.eval.transfer import TRANSFER_TASKS, check_mode, load_transfer_task, run_transfer_task, transfer_sentences
+from sentemb.eval.transfer import (
+    TRANSFER_TASKS,
+    Labelled,
+    check_mode,
+    check_transfer_task,
+    load_transfer_task,
+    run_transfer_task,
+    transfer_sentences,
+)
 from sentemb.eval.whitening import TASK as WHITEN_TASK
-from sentemb.eval.whitening import corpus_sentences, whitened_embeds
+from sentemb.eval.whitening import (
+    check_dim_fits,
+    check_whitening_dim,
+    embedding_size,
+    whitened_embeds,
+    whitening_corpus,
+)
 
 TASK_GROUPS = {"sts": list(STS_TASKS), "transfer": list(TRANSFER_TASKS), "all": [*STS_TASKS, *TRANSFER_TASKS]}
 
@@ -150,6 +168,9 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
         raise SentembConfigError(
             f"onnx={cfg.onnx} with checkpoint={cfg.checkpoint}: evaluate one of them. Fix: drop checkpoint= or onnx="
         )
+    # BERT-whitening of the STS tasks: null, task, or a corpus file (read now); export checks both keys the same way
+    whitening, whitening_dim = cfg.get("whitening"), cfg.get("whitening_dim")
+    check_whitening_dim(whitening, whitening_dim)  # first: a bad key costs nothing else
     checkpoint = served_checkpoint(cfg)  # first: a bad or mismatched checkpoint costs nothing else
     tasks = resolve_tasks(cfg.tasks)
     senteval_dir = resolve_data_root(cfg.paths.data_dir) / "senteval" / "downstream"
@@ -157,13 +178,20 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
     transfer_data = {task: load_transfer_task(senteval_dir, task) for task in tasks if task in TRANSFER_TASKS}
     if transfer_data:
         check_mode(cfg.mode)  # before the model loads
+        for task, data in transfer_data.items():  # an accuracy the data leaves undefined: refused now
+            check_transfer_task(task, data, cfg.mode)
+    if cfg.align_uniform_split in sts_data.get("STSBenchmark", {}):
+        fix = "Fix: align_uniform_split=<an STS-B split with positive pairs>, or align_uniform_split=null"
+        check_geometry_pairs(sts_data["STSBenchmark"][cfg.align_uniform_split], fix)
     figure_pairs = load_sts_task(senteval_dir, "STSBenchmark", ["test"])["test"] if cfg.figure else None
     resampling = Resampling.from_settings(cfg.get("intervals"), "intervals")  # before the model loads
-    whitening = cfg.get("whitening")  # BERT-whitening of the STS tasks: null, task, or a corpus file (read now)
-    whitening_corpus = corpus_sentences(whitening) if whitening and whitening != WHITEN_TASK else []
+    resampling.check_fits(largest_resample(sts_data, transfer_data), "intervals.resamples")
+    corpus = whitening_corpus(whitening, whitening_dim) if whitening and whitening != WHITEN_TASK else None
+    corpus_lines = corpus.sentences if corpus else []
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device)
 
     encoder, source, _ = load_encoder(cfg, device, checkpoint)
+    check_whitening_fits(encoder, whitening_dim, sts_data)  # the embedding's size is known now, before any encoding
     clock = Stopwatch()
     cache = EmbeddingCache(encoder, batch_size=cfg.batch_size, max_length=cfg.max_length)
     with clock("encode"):
@@ -171,14 +199,14 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
             [s for subsets in sts_data.values() for pairs in subsets.values() for s in pairs.first + pairs.second]
             + [s for data in transfer_data.values() for s in transfer_sentences(data)]
             + (figure_pairs.first + figure_pairs.second if figure_pairs else [])
-            + whitening_corpus
+            + corpus_lines
         )
 
     results: dict[str, Any] = {"source": source, "tasks": tasks, "sentences_encoded": len(cache)}
     results["intervals"] = resampling.as_dict()  # the STS intervals' and the transfer test sets' bootstrap
-    embeds = whitened_embeds(whitening, cfg.get("whitening_dim"), sts_data, cache, whitening_corpus)
+    embeds = whitened_embeds(whitening, whitening_dim, sts_data, cache, corpus_lines)
     if whitening:
-        results["whitening"] = {"fitted_on": whitening, "dim": cfg.get("whitening_dim"), "tasks": sorted(embeds)}
+        results["whitening"] = {"fitted_on": whitening, "dim": whitening_dim, "tasks": sorted(embeds)}
     if sts_data:
         results |= score_sts(sts_data, embeds, resampling, clock)
         write_similarities(output_dir / SIMILARITIES_NAME, sts_data, results.pop("similarities"))
@@ -200,13 +228,35 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
         counts = similarity_density_figure(cosines, figure_pairs.gold, figure, f"STS-B test: {describe(source)}")
         results["figure"] = {"path": str(figure), "pairs_per_bucket": counts}
     results["timing_s"] = clock.seconds
+    finite_record(results, str(output_dir / "results.json"))  # the last guard: never a NaN written as a score
     report = markdown_report(results)
     output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    (output_dir / "results.md").write_text(report + "\n")
+    # each file whole and never through a link; results.json last: a folder holding it is a finished evaluation
+    publish_text(output_dir / "results.md", report + "\n")
+    publish_text(output_dir / "results.json", json.dumps(results, indent=2) + "\n")
     print("\n" + report + f"\n(written to {output_dir}/results.json and results.md)")
     log_to_wandb(results, cfg, output_dir)
     return results
+
+
+def largest_resample(
+    sts_data: dict[str, dict[str, SentencePairs]], transfer_data: dict[str, dict[str, Labelled]]
+) -> int:
+    """The most pairs (an STS task's subsets pooled) or test examples one bootstrap resamples in this evaluation."""
+    sizes = [sum(len(pairs.gold) for pairs in subsets.values()) for subsets in sts_data.values()]
+    sizes += [len(split.labels) for data in transfer_data.values() for split in data.values()]
+    return max(sizes, default=0)
+
+
+def check_whitening_fits(
+    encoder: SentenceEncoder | OnnxEncoder, dim: int | None, sts_data: dict[str, dict[str, SentencePairs]]
+) -> None:
+    """whitening_dim against the size of the embeddings it whitens (the STS tasks'), from one sentence encoded on its
+    own: once the encoder is built, before the tasks' sentences are encoded."""
+    if dim is None or not sts_data:
+        return
+    pairs = next(iter(next(iter(sts_data.values())).values()))
+    check_dim_fits(dim, embedding_size(encoder, pairs.first[0]))
 
 
 def score_sts(

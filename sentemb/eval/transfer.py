@@ -26,6 +26,7 @@ from sklearn.model_selection import StratifiedKFold
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.eval.bootstrap import Resampling
+from sentemb.eval.scorable import check_labels
 from sentemb.eval.significance import t_interval
 
 TRANSFER_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
@@ -43,11 +44,12 @@ SEED = 1111
 
 @dataclass(frozen=True)
 class Labelled:
-    """Sentences (or sentence pairs: `second` set) with integer labels."""
+    """Sentences (or sentence pairs: `second` set) with integer labels; `source`: the file(s) read."""
 
     first: list[str]
     labels: np.ndarray
     second: list[str] | None = None
+    source: str = "the examples"
 
 
 def _lines(path: Path, encoding: str) -> list[str]:
@@ -68,7 +70,8 @@ def read_binary(directory: Path, positive: str, negative: str) -> Labelled:
     pos = [line.split() for line in _lines(directory / positive, "latin-1")]
     neg = [line.split() for line in _lines(directory / negative, "latin-1")]
     ordered = sorted(zip(pos + neg, [1] * len(pos) + [0] * len(neg), strict=True), key=lambda z: (len(z[0]), z[1]))
-    return Labelled([_join(t) for t, _ in ordered], np.array([y for _, y in ordered]))
+    source = f"{directory / positive} and {negative}"
+    return Labelled([_join(t) for t, _ in ordered], np.array([y for _, y in ordered]), source=source)
 
 
 def read_sst2(directory: Path, split: str) -> Labelled:
@@ -80,7 +83,7 @@ def read_sst2(directory: Path, split: str) -> Labelled:
             raise SentembConfigError(f"{path}:{number}: expected 'sentence<TAB>0|1'. Fix: restore the SentEval file.")
         rows.append((columns[0].split(), int(columns[1])))
     rows.sort(key=lambda z: (len(z[0]), z[1]))
-    return Labelled([_join(t) for t, _ in rows], np.array([y for _, y in rows]))
+    return Labelled([_join(t) for t, _ in rows], np.array([y for _, y in rows]), source=str(path))
 
 
 def read_trec(path: Path) -> Labelled:
@@ -92,7 +95,7 @@ def read_trec(path: Path) -> Labelled:
             raise SentembConfigError(f"{path}:{number}: expected 'CLASS:fine question' with CLASS in {TREC_CLASSES}.")
         rows.append((rest.split(" ", 1)[1].split(), TREC_CLASSES.index(target)))
     rows.sort(key=lambda z: (len(z[0]), z[1]))
-    return Labelled([_join(t) for t, _ in rows], np.array([y for _, y in rows]))
+    return Labelled([_join(t) for t, _ in rows], np.array([y for _, y in rows]), source=str(path))
 
 
 def read_mrpc(path: Path) -> Labelled:
@@ -104,7 +107,8 @@ def read_mrpc(path: Path) -> Labelled:
             raise SentembConfigError(f"{path}:{number}: expected 5 tab-separated columns starting with 0|1.")
         rows.append((columns[3].split(), columns[4].split(), int(columns[0])))
     rows.sort(key=lambda z: (len(z[0]), len(z[1]), z[2]))
-    return Labelled([_join(a) for a, _, _ in rows], np.array([y for _, _, y in rows]), [_join(b) for _, b, _ in rows])
+    second = [_join(b) for _, b, _ in rows]
+    return Labelled([_join(a) for a, _, _ in rows], np.array([y for _, _, y in rows]), second, str(path))
 
 
 def load_transfer_task(senteval_dir: Path, task: str) -> dict[str, Labelled]:
@@ -194,14 +198,30 @@ def check_mode(mode: str) -> None:
         raise SentembConfigError(f"mode={mode!r}: use 'full' (SentEval, k=10) or 'fast' (k=5, fewer C values)")
 
 
+def folds(mode: str) -> int:
+    """k of the k-fold cross-validations: SentEval's 10 (full), or 5 (fast)."""
+    return 10 if mode == "full" else 5
+
+
+def check_transfer_task(task: str, data: dict[str, Labelled], mode: str) -> None:
+    """The task's examples checked before any model loads, so its accuracy can be computed (sentemb.eval.scorable):
+    every split has examples; the data a classifier is fitted on has two classes at least, each with an example in
+    every fold of its k-fold (MR/CR/SUBJ/MPQA nest a k-fold in each outer training part: 2k per class suffice)."""
+    k = folds(mode)
+    fitted = {"all": 2 * k, "train": 1 if task == "SST2" else k}  # SST-2 picks C on dev: no folds
+    for split, labelled in data.items():
+        check_labels(labelled.labels, labelled.source, fitted.get(split, 0))
+
+
 def run_transfer_task(
     task: str, data: dict[str, Labelled], embed: Callable[[list[str]], np.ndarray], mode: str = "full",
     jobs: int = 1, mrpc: str = "senteval", resampling: Resampling | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Test accuracy ×100 (and its interval, see `inner_kfold` and `held_out_interval`) of one task."""
     check_mode(mode)
+    check_transfer_task(task, data, mode)
     resampling = resampling or Resampling()
-    k = 10 if mode == "full" else 5
+    k = folds(mode)
     thin = (lambda cs: cs) if mode == "full" else (lambda cs: cs[::2])
     if task in BINARY_FILES:
         d = data["all"]

@@ -9,11 +9,17 @@ SimCSE does (evaluate every 125 steps, keep the best). Everything runs in
 the same encode path) at every evaluation, logged under `sickr/dev/...`, and ModelCheckpoint then
 keeps the best SICK-R dev score instead (conf/callbacks/default.yaml: monitor=${eval.select}); STS-B
 dev is still scored and logged.
+
+A dev set whose Spearman could not be computed is refused (sentemb.eval.scorable): fewer than two pairs or gold scores
+all equal when the callback reads it (before any model loads), and a model that gives every dev pair the same
+similarity at an evaluation stops the job there, recorded as `failed` with the step and the reason: never a NaN
+logged, nor a checkpoint kept at -inf.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +35,7 @@ from sentemb.encoders.encoder import SentenceEncoder
 from sentemb.eval.bootstrap import Resampling
 from sentemb.eval.cache import EmbeddingCache
 from sentemb.eval.held_out import HeldOutTasks
+from sentemb.eval.scorable import UndefinedScore
 from sentemb.eval.sts import SICK_FILES, SentencePairs, STSBenchmark, correlations, load_sts_task, pairwise_cosine
 
 log = logging.getLogger(__name__)
@@ -96,6 +103,9 @@ class STSBDevEvaluation(Callback):
         scored = self.selected is SICKR_DEV or score_sickr_dev
         self.sickr_dev = read_sickr_dev(senteval_dir) if scored else None
         self.held_out = HeldOutTasks(Path(stsb_dir), senteval_dir, test_tasks, self.resampling)
+        resampled = [self.dev_pairs(STSB_DEV), *([self.sickr_dev] if self.sickr_dev else [])]
+        largest = max([len(pairs.gold) for pairs in resampled] + [self.held_out.largest_task()])
+        self.resampling.check_fits(largest, "eval.intervals.resamples")  # before any model loads
         self.every_n_steps = every_n_steps
         self.batch_size = batch_size
         self.at_start = at_start
@@ -155,13 +165,22 @@ class STSBDevEvaluation(Callback):
         """`dev_set`'s correlations under `encoder` (of its `similarities`, if computed already); `report_best` calls
         this too, so both numbers are one computation."""
         similarities = self.dev_similarities(encoder, dev_set) if similarities is None else similarities
-        return correlations(similarities, self.dev_pairs(dev_set).gold)
+        pairs = self.dev_pairs(dev_set)
+        return correlations(similarities, pairs.gold, f"{dev_set.label} ({pairs.source})")
+
+    def scores_at(self, encoder: SentenceEncoder, dev_set: DevMetrics, step: int) -> dict[str, float]:
+        """`dev_spearman` at an evaluation during training; a score the model's output leaves undefined stops the job,
+        naming the step."""
+        try:
+            return self.dev_spearman(encoder, dev_set=dev_set)
+        except UndefinedScore as err:
+            raise UndefinedScore(f"the dev evaluation at step {step}: {err}") from None
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.at_start and trainer.global_step == 0:
             # the pre-training score, for the record; not a checkpoint candidate
             for dev_set in self.dev_sets:
-                initial = self.dev_spearman(pl_module.encoder, dev_set=dev_set)["spearman"]
+                initial = self.scores_at(pl_module.encoder, dev_set, 0)["spearman"]
                 for logger in trainer.loggers:
                     logger.log_metrics({dev_set.initial: initial}, step=0)
                 log.info("before training: %s Spearman %.2f", dev_set.label, initial)
@@ -174,7 +193,7 @@ class STSBDevEvaluation(Callback):
             return
         metrics, lines = {}, []
         for dev_set in self.dev_sets:
-            scores = self.dev_spearman(pl_module.encoder, dev_set=dev_set)
+            scores = self.scores_at(pl_module.encoder, dev_set, step)
             self.history_of(dev_set).append((step, scores["spearman"]))
             best_step, best = self.best_of(dev_set)
             metrics |= {
@@ -198,5 +217,27 @@ class STSBDevEvaluation(Callback):
         return {"history": self.history, "sickr_history": self.sickr_history}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self.history = [tuple(item) for item in state_dict.get("history", [])]
-        self.sickr_history = [tuple(item) for item in state_dict.get("sickr_history", [])]
+        self.history = checked_history(state_dict.get("history", []), "history")
+        self.sickr_history = checked_history(state_dict.get("sickr_history", []), "sickr_history")
+
+
+def checked_history(items: Any, key: str) -> list[tuple[int, float]]:
+    """A resumed checkpoint's dev history: (step, Spearman) pairs, a whole step >= 0 and a finite score each (a NaN
+    would be taken for the best score, and select its step)."""
+    if isinstance(items, list | tuple) and all(
+        isinstance(item, list | tuple)
+        and len(item) == 2
+        and isinstance(item[0], int)
+        and not isinstance(item[0], bool)
+        and item[0] >= 0
+        and isinstance(item[1], float | int)
+        and not isinstance(item[1], bool)
+        and math.isfinite(item[1])
+        for item in items
+    ):
+        return [(int(step), float(score)) for step, score in items]
+    raise SentembConfigError(
+        f"the resumed checkpoint's dev evaluation state ({STSBDevEvaluation.__name__}.{key}) is not a list of "
+        "(step, finite Spearman) pairs: the checkpoint was not written by this training. Fix: resume from a "
+        "checkpoint this run wrote, or start afresh without ckpt_path="
+    )
