@@ -26,14 +26,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 from sentence_transformers.base.modules.input_module import InputModule
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.file_values import Shape, checked, read_json
+from sentemb.common.published_files import publish_bytes, publish_text
 from sentemb.encoders.build import build_encoder
 from sentemb.encoders.encoder import SentenceEncoder
 from sentemb.encoders.models.adapters import base_fingerprint, is_adapted
+from sentemb.encoders.models.model_files import check_model_files
 from sentemb.encoders.part_configs import is_decoder_config
 
 CONFIG = "sentemb_config.json"
@@ -100,8 +102,8 @@ def save_sentemb_parts(folder: Path, encoder: SentenceEncoder, config: FolderCon
     """The tokenizer, sentemb's pooling (and head) weights and sentemb_config.json, into `folder`."""
     encoder.tokenizer.save_pretrained(folder)
     pooling = {k: v.contiguous() for k, v in encoder.pooling.state_dict().items()}
-    save_file(pooling, folder / POOLING_WEIGHTS)
-    (folder / CONFIG).write_text(config.as_json())
+    publish_bytes(folder / POOLING_WEIGHTS, save(pooling))  # whole, and never through a link (published_files)
+    publish_text(folder / CONFIG, config.as_json())
 
 
 def build_folder_encoder(path: Path, model: dict[str, Any], config: FolderConfig) -> SentenceEncoder:
@@ -269,7 +271,9 @@ def checked_modules(folder: Path, entries: list[dict[str, Any]] | None = None) -
     """An exported folder's modules.json names sentence-transformers' own modules and sentemb's `SentembEncoder`
     only, each in a path inside the folder; refused otherwise (sentence-transformers with `trust_remote_code=True`
     would import any module it names). Each Dense module's config and safetensors weights are checked (shapes,
-    finite values), and a whitening's record (`sentemb_whitening.json`) against its module. True when it names
+    finite values), each model folder (a Transformer module's, sentemb's module's root) as every model folder sentemb
+    loads (`check_model_files`: no code of its own, safe weights, bounded sizes), and a whitening's record
+    (`sentemb_whitening.json`) against its module. True when it names
     sentemb's module (which needs `trust_remote_code`); `entries`, if given, receives modules.json's checked list."""
     path = folder / MODULES
     modules = read_json(path, fix=REEXPORT)
@@ -302,6 +306,10 @@ def checked_modules(folder: Path, entries: list[dict[str, Any]] | None = None) -
                 f"{path}: sentemb writes {OWN_MODULE} as a folder's only module, in its root (followed only by the "
                 f"whitening module its {WHITENING} names); this one lists {[m['type'] for m in modules]}. {REEXPORT}"
             )
+    for kind, where in listed:  # each model folder it holds, checked as every model folder sentemb loads
+        is_model = kind == OWN_MODULE or kind.rsplit(".", 1)[-1] == "Transformer"
+        if is_model and (folder / where / "config.json").is_file():  # without one, its loader names what it lacks
+            check_model_files(folder / where, f"the exported folder {folder}")
     if entries is not None:
         entries[:] = modules
     return any(kind == OWN_MODULE for kind, _ in listed)
@@ -377,8 +385,47 @@ def dim_words(dim: int) -> str:
     return f"{dim} dimension{'s' if dim != 1 else ''}"
 
 
+# the model card, which sentemb.export writes last (its front matter tagged `sentemb`): the mark of a whole export
+EXPORT_CARD = "README.md"
+CARD_TAG = "sentemb"
+
+
+def check_whole_export(folder: Path) -> None:
+    """`folder` holds the model card sentemb.export writes last (sentence-transformers' own card, written with the
+    modules, lacks the `sentemb` tag): an export stopped part-way (before exports were renamed into place whole)
+    is refused, naming what it lacks."""
+    card = folder / EXPORT_CARD
+    if not card_tags(card) & {CARD_TAG}:
+        raise SentembConfigError(
+            f"{folder}: no model card of sentemb's ({EXPORT_CARD} tagged {CARD_TAG!r}), which sentemb.export writes "
+            "last: an export that stopped part-way, or a folder sentemb did not export; it is not loaded. Fix: export "
+            "the model again into a new folder (python -m sentemb.export checkpoint=<ckpt> out=<new folder>)"
+        )
+
+
+def card_tags(card: Path) -> set[str]:
+    """The tags of a model card's YAML front matter (empty: no card, no front matter, or not YAML)."""
+    import yaml
+
+    try:
+        with card.open(encoding="utf-8") as handle:
+            text = handle.read(1 << 16)  # the front matter comes first; a card is read no further
+    except (OSError, UnicodeDecodeError):
+        return set()
+    head, _, rest = text.partition("\n")
+    if head.strip() != "---" or "\n---" not in rest:
+        return set()
+    try:
+        matter = yaml.safe_load(rest.split("\n---", 1)[0])
+    except (yaml.YAMLError, RecursionError):
+        return set()
+    tags = matter.get("tags") if isinstance(matter, dict) else None
+    return {tag for tag in tags if isinstance(tag, str)} if isinstance(tags, list) else set()
+
+
 def load_exported_folder(folder: str | Path, device: str | None = None) -> Any:
-    """A SentenceTransformer of a folder `sentemb.export` wrote, after `checked_modules`, never with
+    """A SentenceTransformer of a whole folder `sentemb.export` wrote (`check_whole_export`), after `checked_modules`,
+    never with
     `trust_remote_code` (sentence-transformers would pass it on to every module it loads): sentence-transformers'
     own modules load as they do anywhere; sentemb's module is built here (`SentembEncoder.load`) and handed over,
     with the whitening's Dense after it where the folder has one."""
@@ -386,11 +433,29 @@ def load_exported_folder(folder: str | Path, device: str | None = None) -> Any:
     from sentence_transformers.base.modules.dense import Dense
 
     folder = Path(folder).expanduser()
+    check_whole_export(folder)
     entries: list[dict[str, Any]] = []
     if checked_modules(folder, entries):
         after = [Dense.load(str(folder), subfolder=str(m["path"])) for m in entries[1:]]  # the checked whitening
         return SentenceTransformer(modules=[SentembEncoder.load(str(folder)), *after], device=device)
     return SentenceTransformer(str(folder), device=device, trust_remote_code=False)
+
+
+def check_before_loading(kind: str, path: Path) -> None:
+    """What loading a `kind` model ("exported", "checkpoint", "onnx") from `path` checks before anything is built,
+    run ahead of the work that comes before its load (sentemb.compare: before any contender is encoded): an exported
+    folder whole and its modules and model folders checked (`check_whole_export`, `checked_modules`); a checkpoint
+    read without running anything, its parts and its model's folders checked (`check_checkpoint_parts`); an ONNX
+    folder's checks are its loader's."""
+    from sentemb.encoders.build import check_checkpoint_parts
+    from sentemb.encoders.checkpoint import read_checkpoint
+
+    if kind == "exported":
+        check_whole_export(path)
+        checked_modules(path)
+    elif kind == "checkpoint":
+        hparams = read_checkpoint(path, key="checkpoint", mmap=True)["hyper_parameters"]
+        check_checkpoint_parts(hparams, {}, path, "checkpoint", "a checkpoint written by sentemb.train")
 
 
 def read_config(path: Path) -> FolderConfig:

@@ -80,3 +80,63 @@ def test_cli_reports_config_error_plainly(tmp_path):
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1].startswith("sentemb: loss.tau=0 must be a number > 0")
     assert "Traceback" not in result.stderr
+
+
+# issue 51, finding 14: a float hyper-parameter of any part that is inf or nan passed a bare `>= 0` test (inf) and
+# ended as "diverged ... Fix: a larger loss.tau"; each is refused by the one check (sentemb.losses.base.require_number)
+NOT_FINITE = [
+    (["head=diffcse", "pooling.mlp=none"], "head.weight"),
+    (["head=diffcse", "pooling.mlp=none"], "head.masking_ratio"),
+    (["model=tiny-llama", "pooling=last_token", "head=mntp"], "head.weight"),
+    (["model=tiny-llama", "pooling=last_token", "head=mntp"], "head.rate"),
+    (["head=sarcse", "pooling=cls", "pooling.mlp=none"], "head.alpha"),
+    (["head=sarcse", "pooling=cls", "pooling.mlp=none"], "head.lam"),
+    (["pooling=hicl"], "pooling.local_tau"),
+    (["pooling=hicl"], "pooling.alpha"),
+    (["+pooling.mlp_init_std=0.02"], "pooling.mlp_init_std"),
+    (["adapter=lora"], "adapter.alpha"),
+    (["negatives=dclr"], "negatives.step_size"),
+    (["negatives=dclr"], "negatives.noise_times"),
+    (["negatives=dclr", "negatives.ascent_tau=0.05"], "negatives.ascent_tau"),
+    ([], "loss.tau"),
+    (["loss=sum", "loss.terms={infonce: {weight: 1.0}}"], "loss.terms.infonce.weight"),
+]
+
+
+@pytest.mark.parametrize("value", ["inf", "nan"])
+@pytest.mark.parametrize(("part", "key"), NOT_FINITE, ids=lambda item: item if isinstance(item, str) else None)
+def test_an_infinite_or_nan_hyper_parameter_is_refused_naming_its_key(part, key, value, tmp_path):
+    from sentemb.training.checks import check_parts
+
+    with pytest.raises(SentembConfigError, match=rf"^{key}={value} must be .*Fix: ") as err:
+        check_parts(compose_train(["model=tiny", *part, f"{key}={value}"], tmp_path))
+    assert "not inf or nan" in str(err.value) or "finite" in str(err.value)
+
+
+# issue 51, finding 13: sizes a config gives the parts, bounded before anything is allocated
+@pytest.mark.parametrize(
+    ("overrides", "refusal"),
+    [
+        (
+            ["negatives=dclr", "negatives.noise_times=1e8"],
+            r"negatives\.noise_times=100000000.0 must be a number in \[0, 64\]",
+        ),
+        (
+            ["negatives=dclr", "negatives.noise_times=64", "data.batch_size=300000"],
+            r"negatives\.noise_times=64 with data\.batch_size=300000: .* more than this machine allows",
+        ),
+        (["negatives=dclr", "negatives.ascent_steps=100000000"], r"negatives\.ascent_steps=100000000 must be a whole"),
+        (["head=sarcse", "pooling.mlp=none", "head.co_t=100000000"], r"head\.co_t=100000000 must be a whole number"),
+        (["adapter=lora", "adapter.r=100000000"], r"adapter\.r=100000000 must be a whole number in \[1, 16384\]"),
+        (
+            ["model=tiny-llama", "pooling=latent", "pooling.num_latents=100000000"],
+            r"pooling\.num_latents=100000000 must be a whole number in \[1, 65536\]",
+        ),
+    ],
+)
+def test_a_size_beyond_what_the_machine_holds_is_refused_before_anything_is_allocated(overrides, refusal, tmp_path):
+    from sentemb.training.checks import check_parts
+
+    with pytest.raises(SentembConfigError, match=refusal) as err:
+        check_parts(compose_train(["model=tiny", *overrides], tmp_path))
+    assert "Fix: " in str(err.value)

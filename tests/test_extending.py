@@ -115,7 +115,8 @@ def declared(monkeypatch):
 
 
 class KeepLastAfterFirstStep(L.Callback):
-    """What a job killed after step 1 leaves behind: its last.ckpt of that step, copied to `path` as step 2 starts."""
+    """What a job killed after step 1 leaves behind: its last.ckpt of that step, copied to `path` as step 2 starts,
+    with the best checkpoint beside it (a resumed run goes on with its best tracking)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -124,6 +125,8 @@ class KeepLastAfterFirstStep(L.Callback):
         if trainer.global_step == 1:
             self.path.parent.mkdir(parents=True)
             shutil.copyfile(Path(trainer.default_root_dir) / "checkpoints" / "last.ckpt", self.path)
+            for best in (Path(trainer.default_root_dir) / "checkpoints").glob("best-*.ckpt"):
+                shutil.copyfile(best, self.path.parent / best.name)
 
 
 def train_and_resume(overrides: list[str], tmp_path: Path, monkeypatch) -> tuple[dict, dict, dict]:

@@ -8,6 +8,7 @@ trains a wider model both ways. Tiny random decoders built in-process: no downlo
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -231,6 +232,8 @@ def test_a_checkpoint_of_another_base_is_refused_wherever_it_is_loaded(trained, 
     model, pooling, _ = model_config(trained.overrides)
     with pytest.raises(SentembConfigError, match=f"model.init_from={other}: {refused}"):
         build_encoder({**model, "init_from": str(other)}, pooling)
+    for best in Path(trained.last).parent.glob("best-*.ckpt"):  # beside it, as resuming a copied checkpoint needs
+        shutil.copy(best, tmp_path)
     with pytest.raises(SentembConfigError, match=f"ckpt_path={other}: {refused}"):  # resuming, through the Trainer
         run([*trained.overrides, f"ckpt_path={other}"], tmp_path / "resumed")
 

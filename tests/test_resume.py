@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import shutil
 from pathlib import Path
 
 import lightning as L
@@ -97,3 +98,68 @@ def test_a_resumed_run_keeps_its_checkpoints_next_to_the_one_it_resumed_from(tmp
     assert cfg.callbacks.model_checkpoint.dirpath == cfg.callbacks.last_checkpoint.dirpath == str(last.parent)
     fresh = compose_train(["model=tiny"], tmp_path / "second")
     assert fresh.callbacks.model_checkpoint.dirpath == str(tmp_path / "second" / "checkpoints")
+
+
+@pytest.fixture
+def early_best(tiny_overrides, small_stsb) -> list[str]:
+    # dev every 2 steps to 6 on 200 STS-B pairs; lr 1e-2 makes the tiny model's first dev score its best by far (~23,
+    # then ~16 and ~10), so the best logged step (2) is earlier than the step a copied run resumes past (4): what a
+    # resume must not lose
+    return [*tiny_overrides, "trainer.max_steps=6", f"eval.stsb_dir={small_stsb}", "optimizer.lr=1e-2"]
+
+
+def best_files(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.glob("best-*.ckpt"))
+
+
+def stopped_run(overrides: list[str], folder: Path, monkeypatch: pytest.MonkeyPatch, stop_after: int) -> Path:
+    """`overrides` stopped after `stop_after` steps in `folder` (what a preempted job leaves); its checkpoints."""
+    build_trainer = sentemb.train.build_trainer
+    with monkeypatch.context() as patch:
+        patch.setattr(
+            sentemb.train,
+            "build_trainer",
+            lambda cfg, extra_callbacks=(): build_trainer(cfg, [*extra_callbacks, StopAfter(stop_after)]),
+        )
+        run(overrides, folder)
+    return folder / "checkpoints"
+
+
+def test_a_copied_run_resumes_its_best_tracking_and_a_lone_last_checkpoint_is_refused(
+    early_best, tmp_path, monkeypatch, recwarn
+):
+    # issue 51, finding 3: `cp -a run run2` then resuming in run2 (auto-resume sets ckpt_path=run2/.../last.ckpt)
+    # forgot the best score: the resumed run kept step 6 as its "best" beside the stale best-step2.ckpt, reported
+    # step 2's score and tested step 6's weights. Three tiny runs (~10 s of CPU each): best tracking only shows
+    # across a real stop and resume, which one test shares
+    from sentemb.common.errors import SentembConfigError
+    from sentemb.training.checks import prepare_run
+    from tests.conftest import compose_train
+
+    full = run(early_best, tmp_path / "full")
+    assert full[BEST_STEP] < 4, "the precondition: the best step lies before the resume, else nothing can be lost"
+    stopped = stopped_run(early_best, tmp_path / "stopped", monkeypatch, stop_after=4)
+    before = {p.name: p.read_bytes() for p in stopped.iterdir()}
+
+    # `ckpt_path=` a last.ckpt copied alone: refused before anything loads, naming the best file to copy beside it
+    alone = tmp_path / "elsewhere" / "last.ckpt"
+    alone.parent.mkdir()
+    shutil.copy(stopped / "last.ckpt", alone)
+    kept = best_files(stopped)
+    with pytest.raises(SentembConfigError, match=rf"keeps {kept[0]} as its best checkpoint.*Fix: copy {kept[0]}"):
+        prepare_run(compose_train([*early_best, f"ckpt_path={alone}"], tmp_path / "resumed"))
+    shutil.copy(stopped / kept[0], alone.parent)  # the fix it names
+    prepare_run(compose_train([*early_best, f"ckpt_path={alone}"], tmp_path / "resumed"))
+
+    # the whole run folder copied and resumed there: the uninterrupted run's best step, scores and one best file
+    copy = tmp_path / "copy"
+    shutil.copytree(tmp_path / "stopped", copy, symlinks=True)
+    resumed = run([*early_best, f"ckpt_path={copy / 'checkpoints' / 'last.ckpt'}"], copy)
+    # the same computation on bit-identical weights, optimizer, data position and RNG: equal, not close
+    for key in (BEST_STEP, DEV_SPEARMAN_BEST_LOGGED, DEV_SPEARMAN_BEST_RESCORED, TEST_SPEARMAN):
+        assert resumed[key] == full[key], key
+    assert Path(resumed["best_checkpoint"]) == copy / "checkpoints" / Path(full["best_checkpoint"]).name
+    assert best_files(copy / "checkpoints") == best_files(Path(full["best_checkpoint"]).parent), "no stale best"
+    assert {p.name: p.read_bytes() for p in stopped.iterdir()} == before, "the original run's files are untouched"
+    messages = [str(w.message) for w in recwarn]
+    assert not [m for m in messages if "dirpath has changed" in m or "was logged at step" in m], messages

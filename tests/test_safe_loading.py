@@ -49,7 +49,9 @@ def sentemb_checkpoint(path: Path, model: str | dict = "tiny", pooling: str | di
         "epoch": 0,
         "global_step": 2,
         "pytorch-lightning_version": "2.6.0",
-        "state_dict": {"encoder.backbone.embeddings.word_embeddings.weight": torch.full((64, 8), 7.0)},
+        # as many weight bytes as the tiny model's layers need at least (a checkpoint whose config declares more
+        # parameters than its weights hold is refused before its model is built)
+        "state_dict": {"encoder.backbone.embeddings.word_embeddings.weight": torch.full((64, 64), 7.0)},
         "hyper_parameters": {**parts, "head": None},
     }
     torch.save(checkpoint, path)
@@ -172,7 +174,7 @@ def missing(path: Path) -> Path:
 
 BROKEN = {
     truncated: "is truncated or corrupt",
-    text_file: "is truncated or corrupt",
+    text_file: "is not a checkpoint: it is a text file",  # said as what it is, not as a truncated checkpoint
     failing_its_crc: "fails its CRC check",
     plain_state_dict: "is not a sentemb training checkpoint",
     missing: "no such checkpoint file",

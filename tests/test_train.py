@@ -126,10 +126,12 @@ def dev_only_gold(cfg) -> np.ndarray:
 
 
 def test_final_report_warns_when_the_checkpoint_no_longer_scores_the_logged_dev(tiny_overrides, tmp_path, monkeypatch):
-    # e.g. a resumed run whose best was logged on another device: report both numbers, never hide the gap
+    # e.g. a resumed run whose best was logged on another device: report both numbers, never hide the gap, and name
+    # what differs from where the checkpoint was scored (here: the thread count), not a guess
     import sentemb.training.trainer
 
-    load = sentemb.training.trainer.load_checkpoint_encoder
+    load = sentemb.training.trainer.encoder_from_checkpoint
+    here = sentemb.training.trainer.run_environment
 
     def load_on_other_hardware(*args, **kwargs):
         encoder, hparams = load(*args, **kwargs)
@@ -137,10 +139,13 @@ def test_final_report_warns_when_the_checkpoint_no_longer_scores_the_logged_dev(
             encoder.backbone.embeddings.word_embeddings.weight.mul_(1.01)
         return encoder, hparams
 
-    monkeypatch.setattr(sentemb.training.trainer, "load_checkpoint_encoder", load_on_other_hardware)
-    with pytest.warns(UserWarning, match="scores STS-B dev .* now but .* was logged at step"):
+    monkeypatch.setattr(sentemb.training.trainer, "encoder_from_checkpoint", load_on_other_hardware)
+    monkeypatch.setattr(sentemb.training.trainer, "run_environment", lambda device: {**here(device), "threads": 977})
+    with pytest.warns(UserWarning, match="scores STS-B dev .* now but .* was logged at step") as caught:
         metrics = run(tiny_overrides, tmp_path)
     assert metrics[DEV_SPEARMAN_BEST_RESCORED] != metrics[DEV_SPEARMAN_BEST_LOGGED]
+    gap = next(str(w.message) for w in caught if "was logged at step" in str(w.message))
+    assert f"threads {torch.get_num_threads()} -> 977" in gap and "torch kernel" not in gap
 
 
 def test_without_a_logger_the_lr_monitor_is_left_out_with_one_log_line(tiny_overrides, tmp_path, caplog):

@@ -20,6 +20,7 @@ from sentemb.common.parts import register_part  # noqa: F401 (its public home be
 from sentemb.encoders import heads, models, poolings  # noqa: F401 (importing a package registers its parts)
 from sentemb.encoders.checkpoint import (
     check_checkpoint_serves,
+    check_stored_sizes,
     model_identity,
     model_label,
     read_checkpoint,
@@ -33,7 +34,7 @@ from sentemb.encoders.models.adapters import (
     merged,
     with_adapter,
 )
-from sentemb.encoders.models.backbones import freeze_all_but_top_layers, usable_positions
+from sentemb.encoders.models.backbones import check_model, freeze_all_but_top_layers, usable_positions
 from sentemb.encoders.models.decoders import check_attention_direction
 from sentemb.encoders.part_configs import EncoderConfig, ModelConfig, checked_part
 
@@ -77,10 +78,16 @@ def check_positions(limit: int | None, max_length: int | None, label: str, key: 
 
 
 def check_checkpoint_parts(hparams: dict, asked: dict, path: str | Path, key: str, fix: str) -> None:
-    """A checkpoint's saved parts are sentemb's own (`check_encoder_parts`) and those the command asks for
-    (`check_checkpoint_serves`): what train's ckpt_path and evaluate/export's checkpoint= both check."""
+    """A checkpoint's saved parts are sentemb's own (`check_encoder_parts`), those the command asks for
+    (`check_checkpoint_serves`), and its model's folders pass the checks of any model's (`check_model`: no code of
+    their own, safe weights, bounded sizes): what train's ckpt_path and evaluate/export's checkpoint= check before
+    anything loads."""
     check_encoder_parts(hparams["model"], hparams["pooling"], hparams.get("head"), hparams.get("adapter"))
     check_checkpoint_serves(hparams, asked, Path(path), key, fix)
+    try:
+        check_model(hparams["model"])
+    except SentembConfigError as err:
+        raise SentembConfigError(f"{key}={path} (its hyper_parameters.model): {err}") from None
 
 
 def backbone_options(model: ModelConfig, needs_lm_head: bool) -> dict[str, Any]:
@@ -203,6 +210,7 @@ def encoder_from_checkpoint(
     """The encoder of a checkpoint already read by `read_checkpoint`, and its hyper-parameters. An adapter checkpoint
     holds the trained weights only: the base is rebuilt from its name and its config fingerprint checked."""
     hparams = checkpoint["hyper_parameters"]
+    check_stored_sizes(checkpoint)  # sizes within what its weights hold, before a model of those sizes is built
     encoder = build_encoder(hparams["model"], hparams["pooling"], hparams.get("head"), hparams.get("adapter"))
     prefix = "encoder."
     weights = {k.removeprefix(prefix): v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)}

@@ -21,6 +21,7 @@ from sentemb.common.errors import SentembConfigError
 from sentemb.common.file_values import Shape, checked
 from sentemb.common.parts import KINDS, named_by_path, unknown_part
 from sentemb.encoders import heads, models, poolings  # noqa: F401 (importing a package registers its parts)
+from sentemb.encoders.models.model_files import check_declared_sizes
 
 # types beyond torch's weights-only set that sentemb checkpoints hold: none (rng_states keeps numpy's state as tensors)
 SAFE_GLOBALS: list[Any] = []
@@ -51,6 +52,7 @@ HPARAMS_SHAPE = Shape(
 )
 BASE_SHAPE = Shape(keys={"": ("name", "config_sha256")})
 CHECKPOINT_FIX = "Fix: pass a checkpoint written by sentemb.train, unchanged"
+BACKBONE_WEIGHTS = "encoder.backbone."  # the backbone's keys in a checkpoint's state dict
 
 # keys older checkpoints carry that no constructor takes any more (HiCL's length now lives in data.max_length)
 RETIRED_KEYS = {("pooling", "hicl"): ("train_max_length",)}
@@ -83,6 +85,29 @@ def checkpoint_problem(path: Path) -> str:
     return f"member {bad} fails its CRC check" if bad else ""
 
 
+ZIP_MAGIC = b"PK\x03\x04"  # how every zip archive, and so every file torch.save writes, begins
+
+
+def what_else_it_is(path: Path) -> str:
+    """What a file that does not begin as a zip archive is ('' when it does, or is empty: a truncated write, for
+    `checkpoint_problem`): a text file (its first line shown) or another binary file (its first bytes)."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(4096)
+    except OSError:
+        return ""  # unreadable: `checkpoint_problem` names the system's reason
+    if not head or head.startswith(ZIP_MAGIC):
+        return ""
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as err:
+        if err.start < len(head) - 3:  # not a character cut at the 4096th byte
+            return f"a binary file beginning {head[:8]!r}"
+        text = head[: err.start].decode("utf-8")
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return f"a text file (its first line: {first[:60]!r})"
+
+
 def previous_good_checkpoint(path: Path) -> Path | None:
     """The newest other whole checkpoint next to `path` (e.g. the best-step one), or None."""
     others = sorted((p for p in path.parent.glob("*.ckpt") if p != path), key=lambda p: -p.stat().st_mtime)
@@ -99,6 +124,13 @@ def read_checkpoint(path: str | Path, key: str = "checkpoint", mmap: bool = Fals
         raise SentembConfigError(
             f"{named}: no such checkpoint file. Fix: point it at a .ckpt written by sentemb.train "
             "(a run's checkpoints/best-step<N>.ckpt or last.ckpt)"
+        )
+    other = what_else_it_is(path)
+    if other:  # not torch's archive at all: no truncation, and no earlier checkpoint of the same run to point at
+        raise SentembConfigError(
+            f"{named} is not a checkpoint: it is {other}, and a checkpoint is the zip archive torch.save writes. "
+            f"Fix: point {key or 'ckpt_path'} at a .ckpt written by sentemb.train (a run's "
+            "checkpoints/best-step<N>.ckpt or last.ckpt)"
         )
     problem = checkpoint_problem(path)
     if problem:
@@ -130,6 +162,23 @@ def read_checkpoint(path: str | Path, key: str = "checkpoint", mmap: bool = Fals
     except SentembConfigError as err:
         raise SentembConfigError(f"{named}: {err}") from None
     return checkpoint
+
+
+def check_stored_sizes(checkpoint: dict[str, Any], named: str = "checkpoint") -> None:
+    """The sizes a checkpoint's model config declares (a model built from its options: a tiny model's vocab_size,
+    hidden_size, ...) within what its backbone weights hold, checked before a model of those sizes is built from it
+    (`encoders.build.encoder_from_checkpoint`); an adapter checkpoint holds no base weights to compare (its base is
+    rebuilt, its sizes bounded as any model's)."""
+    model = checkpoint["hyper_parameters"]["model"]
+    backbone = current_part("model.backbone", model.get("backbone") or {})
+    if "base_model" in checkpoint or not isinstance(backbone, dict):
+        return
+    stored = sum(
+        tensor.numel() * tensor.element_size()
+        for key, tensor in checkpoint["state_dict"].items()
+        if key.startswith(BACKBONE_WEIGHTS) and isinstance(tensor, torch.Tensor)
+    )
+    check_declared_sizes(backbone, f"{named}: hyper_parameters.model.backbone", stored, fix=CHECKPOINT_FIX)
 
 
 def current_hparams(hparams: dict[str, Any]) -> dict[str, Any]:

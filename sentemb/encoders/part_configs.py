@@ -20,6 +20,7 @@ from sentemb.encoders.checkpoint import current_part, model_label
 from sentemb.encoders.models.adapters import check_adapter
 from sentemb.encoders.models.backbones import check_backbone_options
 from sentemb.encoders.models.decoders import check_decoder_options
+from sentemb.encoders.models.model_files import check_declared_sizes
 
 
 def plain(node: Any) -> Any:
@@ -92,10 +93,12 @@ class ModelConfig:
         return config
 
     def check_options(self) -> None:
-        """A decoder's attention and padding options, the dropout and trainable layers."""
+        """A decoder's attention and padding options, the dropout and trainable layers, and the sizes a model built from
+        its options declares (a tiny model's, which a checkpoint stores too), before anything is allocated."""
         if self.decoder:
             check_decoder_options(self.raw)
         check_backbone_options(self.dropout, self.trainable_layers)
+        check_declared_sizes(self.backbone.options, "model.backbone", built_from_options=True)
 
 
 def check_part_fits(part: PartConfig | None, model: ModelConfig) -> None:

@@ -237,23 +237,74 @@ def registered_name(cls: type) -> str:
     return entry.name if entry is not None and entry.declared is cls else cls.__name__
 
 
+@dataclass(frozen=True)
+class Bounds:
+    """The values a number may take: from `low` to `high` (None: unbounded), each end open or closed."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+
+    def __contains__(self, value: float) -> bool:
+        above = self.low is None or (value > self.low if self.low_open else value >= self.low)
+        below = self.high is None or (value < self.high if self.high_open else value <= self.high)
+        return above and below
+
+    def __str__(self) -> str:
+        """`> 0`, `>= 1`, `<= 64`, `in (0, 1)`, `in [0, 1)`; '' when unbounded."""
+        low, high = (shown(end) for end in (self.low, self.high))
+        if self.low is not None and self.high is not None:
+            return f"in {'(' if self.low_open else '['}{low}, {high}{')' if self.high_open else ']'}"
+        if self.low is not None:
+            return f"{'>' if self.low_open else '>='} {low}"
+        return f"{'<' if self.high_open else '<='} {high}" if self.high is not None else ""
+
+
+def shown(end: float | None) -> str:
+    """A bound as written in a message: whole numbers without a decimal point (4194304, not 4.19e+06)."""
+    if end is None:
+        return ""
+    return str(int(end)) if float(end).is_integer() else f"{end:g}"
+
+
+ANY = Bounds()
+POSITIVE = Bounds(0.0, low_open=True)
+NON_NEGATIVE = Bounds(0.0)
+OPEN_UNIT = Bounds(0.0, 1.0, low_open=True, high_open=True)
+
+
+def require_number(key: str, value: object, bounds: Bounds = ANY, fix: str = "") -> float:
+    """`value` as a float when it is a finite number (never a bool) within `bounds`, else a SentembConfigError naming
+    the config key `key` (e.g. `head.weight`) and `fix`. The one check of every float hyper-parameter of the parts:
+    inf and nan pass a bare `>= 0` test (inf) or make every comparison false, and are refused here by name."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if number and math.isfinite(value) and value in bounds:
+        return float(value)
+    wanted = f"a number {bounds}" if str(bounds) else "a finite number"
+    not_finite = ", not inf or nan" if number and not math.isfinite(value) and str(bounds) else ""
+    raise SentembConfigError(f"{key}={value} must be {wanted}{not_finite}.{f' Fix: {fix}' if fix else ''}")
+
+
+def require_whole(key: str, value: object, bounds: Bounds, fix: str = "") -> int:
+    """`value` when it is a whole number (never a bool) within `bounds`, else a SentembConfigError naming `key`: sizes
+    a part allocates by (channels, rows), bounded above so that a typo cannot allocate until the machine dies."""
+    if isinstance(value, int) and not isinstance(value, bool) and value in bounds:
+        return value
+    raise SentembConfigError(f"{key}={value} must be a whole number {bounds}.{f' Fix: {fix}' if fix else ''}")
+
+
 def require_positive(name: str, value: float, example: str) -> float:
     """`value` if it is a finite number > 0, else a config error naming `loss.<name>`."""
-    if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-        raise SentembConfigError(f"loss.{name}={value} must be a number > 0. Fix: e.g. loss.{name}={example}")
-    return float(value)
+    return require_number(f"loss.{name}", value, POSITIVE, f"e.g. loss.{name}={example}")
 
 
 def require_finite(name: str, value: float, example: str) -> float:
-    if not (isinstance(value, int | float) and math.isfinite(value)):
-        raise SentembConfigError(f"loss.{name}={value} must be a finite number. Fix: e.g. loss.{name}={example}")
-    return float(value)
+    return require_number(f"loss.{name}", value, ANY, f"e.g. loss.{name}={example}")
 
 
 def require_non_negative(name: str, value: float, example: str) -> float:
-    if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
-        raise SentembConfigError(f"loss.{name}={value} must be a number >= 0. Fix: e.g. loss.{name}={example}")
-    return float(value)
+    return require_number(f"loss.{name}", value, NON_NEGATIVE, f"e.g. loss.{name}={example}")
 
 
 def require_reference_option(name: str, value: object, allowed: Iterable[str], source: str) -> None:

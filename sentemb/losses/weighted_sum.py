@@ -26,7 +26,7 @@ from torch import nn
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.parts import part
-from sentemb.losses.base import LazyStats, LossOutput, Objective
+from sentemb.losses.base import LazyStats, LossOutput, Objective, require_number
 from sentemb.losses.registry import build, loss_config, negatives_refusal
 
 
@@ -118,10 +118,9 @@ def build_term(label: str, spec: Any) -> tuple[nn.Module, float]:
         raise SentembConfigError(f"loss.terms.{label} must be a mapping like {{weight: 1.0}}, got {spec!r}")
     spec = dict(spec)
     weight = spec.pop("weight", None)
-    if not isinstance(weight, int | float) or isinstance(weight, bool):
-        raise SentembConfigError(
-            f"loss.terms.{label}.weight is missing or not a number. Fix: loss.terms.{label}.weight=1.0"
-        )
+    if weight is None:
+        raise SentembConfigError(f"loss.terms.{label}.weight is missing. Fix: loss.terms.{label}.weight=1.0")
+    weight = require_number(f"loss.terms.{label}.weight", weight, fix=f"loss.terms.{label}.weight=1.0")
     if "objective" in spec:  # an already built objective (library use)
         return spec["objective"], float(weight)
     name = spec.pop("loss", label)

@@ -11,7 +11,12 @@ Lightning's checkpoint already holds the weights, optimizer, scheduler, loop pro
 StatefulDataLoader's position (sentemb.data) and every callback's state (BestCheckpoint's best,
 STSBDevEvaluation's dev history). `CheckpointContents` (SentembModule's hooks) adds the global
 RNG states (dropout's masks), so `ckpt_path=<run>/checkpoints/last.ckpt` continues exactly as
-the uninterrupted run would have, and keeps an adapter run's trained weights only.
+the uninterrupted run would have, and keeps an adapter run's trained weights only; and where its
+scores were computed (`run_environment`), which a rescore's warning compares with its own.
+
+A checkpoint may move (a run folder copied or moved, a last.ckpt copied): BestCheckpoint maps the
+files its best tracking names into the folder the run now goes on in (`moved_tracking`), and the
+pre-run check refuses a checkpoint whose best file is not beside it (`check_best_tracking`).
 
 A preemption signal (SIGTERM, SIGUSR1, SIGUSR2: what SLURM and submitit send before a kill) is
 noted by its handler and acted on at the end of the step: last.ckpt is written for that step and
@@ -24,7 +29,6 @@ Reading checkpoints is sentemb.encoders.checkpoint's.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import io
 import logging
@@ -47,6 +51,7 @@ from torch import nn
 from sentemb.common.errors import CheckpointNotWritten, Preempted, SentembConfigError
 from sentemb.common.hydra_plumbing import resolved_container
 from sentemb.common.metric_names import DEV_SETS, DEV_SPEARMAN
+from sentemb.common.published_files import publish_bytes
 from sentemb.encoders.build import check_base_fingerprint, check_checkpoint_parts
 from sentemb.encoders.checkpoint import model_label, read_checkpoint
 from sentemb.encoders.models.adapters import base_fingerprint
@@ -88,6 +93,7 @@ def check_checkpoint_path(ckpt_path: str | None, cfg: Mapping[str, Any] | None =
         "resume with the run's own model=, pooling=, head= and adapter= (its .hydra/overrides.yaml), or start a new run"
     )
     check_checkpoint_parts(checkpoint["hyper_parameters"], asked, ckpt_path, key or "ckpt_path", fix)
+    check_best_tracking(checkpoint, ckpt_path, f"{key}={ckpt_path}" if key else str(ckpt_path))
 
 
 # ---- what a checkpoint holds ----
@@ -113,6 +119,28 @@ def rng_states() -> dict[str, Any]:
     ranks: list[Any] = [None] * world_size()
     dist.all_gather_object(ranks, own)
     return {**ranks[0], "ranks": ranks}
+
+
+ENVIRONMENT = "environment"  # a checkpoint's key: `run_environment` as it was saved
+
+
+def run_environment(device: torch.device) -> dict[str, Any]:
+    """What a float computation's last bits depend on besides its weights and inputs: the device, the CPU threads
+    (how sums are split), torch's version and the CPU kernels it dispatches to (ATEN_CPU_CAPABILITY)."""
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    return {
+        "device": name,
+        "threads": torch.get_num_threads(),
+        "torch": str(torch.__version__),  # a str subclass torch would pickle as its own class
+        "cpu_kernels": torch.backends.cpu.get_cpu_capability(),
+    }
+
+
+def environment_differences(saved: Mapping[str, Any] | None, now: Mapping[str, Any]) -> list[str] | None:
+    """`key saved -> now` for each entry of `run_environment` that differs (None: the checkpoint records none)."""
+    if not isinstance(saved, Mapping):
+        return None
+    return [f"{key} {saved.get(key)} -> {value}" for key, value in now.items() if saved.get(key) != value]
 
 
 def set_rng_states(states: dict[str, Any]) -> None:
@@ -148,6 +176,8 @@ class CheckpointContents:
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["rng_states"] = rng_states()  # resumes draw the dropout masks the uninterrupted run would have
+        # where its dev scores were computed: a rescore elsewhere may differ in the last bits, and says which differs
+        checkpoint[ENVIRONMENT] = run_environment(self.device)
         if not self.strict_loading:  # adapter run: the trained weights only, and which base they go with
             kept = self.trained_keys()
             checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in kept}
@@ -236,6 +266,57 @@ class BestCheckpoint(ModelCheckpoint):
     def state_key(self) -> str:
         # ModelCheckpoint's own key: checkpoints written with a plain ModelCheckpoint resume their best tracking
         return ModelCheckpoint.__qualname__ + super().state_key.removeprefix(type(self).__qualname__)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """ModelCheckpoint's saved state with its files mapped into this run's checkpoint folder (`moved_tracking`):
+        a run copied elsewhere (`cp -a run run2`), or resumed from a copied last.ckpt, goes on with the best score,
+        step and file the uninterrupted run has. Lightning restores them only where the folder's path is the same
+        (it warns "dirpath has changed" and forgets the best score, so the next dev score became the 'best' whatever
+        it was); the pre-run check (`check_best_tracking`) has made sure the files are here."""
+        super().load_state_dict(moved_tracking(state_dict, self.dirpath))
+
+
+TRACKED_FILES = ("best_model_path", "kth_best_model_path", "last_model_path")  # ModelCheckpoint's state's files
+
+
+def moved_tracking(state: Mapping[str, Any], dirpath: str | Path | None) -> dict[str, Any]:
+    """ModelCheckpoint's saved state with each file it tracks (the best, the k best with their scores, the last)
+    renamed into `dirpath` (a file of the folder the state was saved in keeps its name there), and `dirpath` as its
+    folder; as saved where the folder is the same (or no folder is known)."""
+    saved = state.get("dirpath")
+    if dirpath is None or saved is None or Path(saved) == Path(dirpath):
+        return dict(state)
+
+    def moved(path: str) -> str:
+        return str(Path(dirpath) / Path(path).name) if path and Path(path).parent == Path(saved) else path
+
+    files = {key: moved(state[key]) for key in TRACKED_FILES if isinstance(state.get(key), str)}
+    best_k = {moved(path): score for path, score in (state.get("best_k_models") or {}).items()}
+    return {**state, **files, "best_k_models": best_k, "dirpath": str(dirpath)}
+
+
+def check_best_tracking(checkpoint: Mapping[str, Any], ckpt_path: str, named: str) -> None:
+    """A resumed run's best-checkpoint tracking can go on where the checkpoint now lives (its folder, where the run's
+    checkpoints go on: `checkpoint_dir`): every file its ModelCheckpoint state keeps as a best is there, under its
+    name. Else refused before anything loads: resumed without it, the run would forget its best score, keep the next
+    dev score's weights as the best whatever it was, and report the best logged step's score beside another step's
+    weights."""
+    folder = Path(checkpoint_dir(ckpt_path, "."))
+    for key, state in (checkpoint.get("callbacks") or {}).items():
+        if not str(key).startswith(ModelCheckpoint.__qualname__) or not isinstance(state, Mapping):
+            continue
+        moved = moved_tracking(state, folder)
+        kept = [*(moved.get("best_k_models") or {}), moved.get("best_model_path") or ""]
+        missing = next((Path(path) for path in kept if path and not Path(path).is_file()), None)
+        if missing is not None:
+            original = Path(state.get("dirpath") or folder) / missing.name
+            raise SentembConfigError(
+                f"{named}: the run it continues keeps {missing.name} as its best checkpoint (monitoring "
+                f"{state.get('monitor')}), and {folder}, where this run's checkpoints go on, has no such file: resumed "
+                "without it, the run would forget its best score and report a later step's weights as the best. "
+                f"Fix: copy {missing.name} beside the checkpoint (it was written as {original}), or resume the run "
+                "folder it came from"
+            )
 
 
 def best_checkpoint_callback(trainer: L.Trainer, monitor: str = DEV_SPEARMAN) -> ModelCheckpoint | None:
@@ -350,20 +431,10 @@ def write_atomically(checkpoint: dict[str, Any], path: Path) -> None:
     # serialised first, as Lightning does: torch.save into a file turns the OSError of a failed write into an
     # errno-less RuntimeError
     torch.save(checkpoint, buffer)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(temporary, "wb") as handle:
-            handle.write(buffer.getbuffer())
-            handle.flush()
-            os.fsync(handle.fileno())  # a delayed ENOSPC (ext4, NFS) is reported here, before the rename
-        os.replace(temporary, path)
-    except BaseException as err:
-        with contextlib.suppress(OSError):
-            temporary.unlink(missing_ok=True)
-        if isinstance(err, OSError):
-            raise CheckpointNotWritten(checkpoint_error(path, err)) from err
-        raise
+    try:  # fsynced (a delayed ENOSPC is reported before the rename), renamed over the target, never written through a
+        publish_bytes(path, buffer.getbuffer())  # link; its temporary file goes on failure (published_files)
+    except OSError as err:
+        raise CheckpointNotWritten(checkpoint_error(path, err)) from err
 
 
 def remove_partial_checkpoints(folder: Path) -> list[Path]:

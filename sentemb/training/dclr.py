@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import copy
 import inspect
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,9 +50,21 @@ from torch import nn
 
 from sentemb.common.batch_views import training_view_batches
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.memory import in_gib
 from sentemb.common.parts import lookup, part
 from sentemb.encoders.encoder import BACKBONE_INPUTS
-from sentemb.losses.base import LazyStats, LossOutput, normalize
+from sentemb.encoders.models.backbones import declared_hidden_size
+from sentemb.encoders.models.model_files import memory_short_of
+from sentemb.losses.base import (
+    NON_NEGATIVE,
+    POSITIVE,
+    Bounds,
+    LazyStats,
+    LossOutput,
+    normalize,
+    require_number,
+    require_whole,
+)
 from sentemb.losses.geometry import paradigm_stats
 from sentemb.training.distributed import world_size
 from sentemb.training.momentum import (
@@ -74,10 +85,8 @@ KEY = "negatives.complementary"
 REFERENCE_SCALE = 20.0  # the released code's `cos_sim_fix > phi * 20`, its cos_sim_fix = cos/τ (20 = 1/0.05)
 EXCLUDED_SHARE = "train/dclr/excluded_share"
 TEMPERED_LOSSES = "infonce, focal, arccon, paradigm"  # extra negatives and a temperature τ (others: ascent_tau)
-
-
-def is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+MAX_NOISE_TIMES = 64.0  # 25x DCLR's largest (2.5, RoBERTa-base); the memory it needs is checked against the machine's
+MAX_ASCENT_STEPS = 1000  # 250x the released code's 4
 
 
 @part("negatives", "dclr")
@@ -96,26 +105,22 @@ class DCLRNegatives(nn.Module):
         ascent_tau: float | None = None,
     ) -> None:
         super().__init__()
-        if not (is_number(noise_times) and noise_times >= 0):
-            raise SentembConfigError(
-                f"negatives.noise_times={noise_times} must be a number >= 0 (noise rows per sentence of the batch; "
-                "0: none). Fix: e.g. negatives.noise_times=1 (DCLR's BERT-base; 2.5 for RoBERTa-base)"
-            )
-        if not (isinstance(ascent_steps, int) and not isinstance(ascent_steps, bool) and ascent_steps >= 0):
-            raise SentembConfigError(
-                f"negatives.ascent_steps={ascent_steps} must be a whole number >= 0 (gradient-ascent steps on the "
-                "noise; 0: Gaussian noise as drawn). Fix: negatives.ascent_steps=4 (the released code's pgd)"
-            )
-        if not (is_number(step_size) and step_size >= 0):
-            raise SentembConfigError(
-                f"negatives.step_size={step_size} must be a number >= 0. Fix: negatives.step_size=1.0e-3 "
-                "(the released code's)"
-            )
-        if not (is_number(phi) and 0 < phi <= 1):
-            raise SentembConfigError(
-                f"negatives.phi={phi} must be in (0, 1] (the complementary cosine above which a negative is a false "
-                "one). Fix: negatives.phi=0.9 (BERT; 0.85 for RoBERTa)"
-            )
+        # noise rows per sentence of the batch (0: none), bounded: each is a (D,) row and a logit column per anchor
+        noise_times = require_number(
+            "negatives.noise_times",
+            noise_times,
+            Bounds(0.0, MAX_NOISE_TIMES),
+            "e.g. negatives.noise_times=1 (DCLR's BERT-base; 2.5 for RoBERTa-base)",
+        )
+        # gradient-ascent steps on the noise (0: Gaussian noise as drawn), each a forward and backward of the logits
+        require_whole(
+            "negatives.ascent_steps", ascent_steps, Bounds(0, MAX_ASCENT_STEPS), "negatives.ascent_steps=4 (pgd)"
+        )
+        require_number(
+            "negatives.step_size", step_size, NON_NEGATIVE, "negatives.step_size=1.0e-3 (the released code's)"
+        )
+        # the complementary cosine above which a negative is a false one
+        require_number("negatives.phi", phi, Bounds(0.0, 1.0, low_open=True), "negatives.phi=0.9 (0.85 for RoBERTa)")
         if not (isinstance(complementary, str) and complementary.strip()):
             raise SentembConfigError(
                 f"{KEY}={complementary!r} must be `initial`, a sentemb .ckpt or a Hugging Face SimCSE model. "
@@ -126,11 +131,8 @@ class DCLRNegatives(nn.Module):
                 f"negatives.convention={convention!r} is not one of {', '.join(CONVENTIONS)}. "
                 "Fix: negatives.convention=paper (or reference: the released code's loss)"
             )
-        if ascent_tau is not None and not (is_number(ascent_tau) and ascent_tau > 0):
-            raise SentembConfigError(
-                f"negatives.ascent_tau={ascent_tau} must be a number > 0, or null (the loss's loss.tau). "
-                "Fix: negatives.ascent_tau=0.05 (DCLR's temperature)"
-            )
+        if ascent_tau is not None:  # null: the loss's loss.tau
+            require_number("negatives.ascent_tau", ascent_tau, POSITIVE, "negatives.ascent_tau=0.05, or null")
         self.ascent_tau = None if ascent_tau is None else float(ascent_tau)
         self.noise_times, self.ascent_steps, self.step_size = float(noise_times), ascent_steps, float(step_size)
         self.phi, self.complementary, self.convention = float(phi), complementary, convention
@@ -166,7 +168,28 @@ class DCLRNegatives(nn.Module):
                     "direction. Fix: loss.symmetric=false, or negatives.convention=paper"
                 )
         refuse_sharded(cfg, "negatives=dclr", "the complementary model is a whole model, not sharded")
+        self.check_noise_memory(cfg)
         check_complementary_source(self.complementary)
+
+    def check_noise_memory(self, cfg: Mapping[str, Any]) -> None:
+        """The noise a step draws fits the machine: M = N·noise_times rows of the hidden width D (the noise, its
+        gradient, its normalised copy) and the N x (N + M) logits with their gradient, N the batch gathered over the
+        devices; refused naming negatives.noise_times and data.batch_size before anything is allocated."""
+        batch = (cfg.get("data") or {}).get("batch_size")
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            return  # the data's own check names it
+        devices = (cfg.get("trainer") or {}).get("devices")
+        n = batch * (devices if isinstance(devices, int) and not isinstance(devices, bool) and devices > 1 else 1)
+        rows = int(n * self.noise_times)
+        width = declared_hidden_size(cfg.get("model") or {}) or 0  # unknown before the model loads: counted as 0
+        needed = 4 * (3 * rows * width + 2 * n * (n + rows))
+        memory = memory_short_of(needed)
+        if memory is not None:
+            raise SentembConfigError(
+                f"negatives.noise_times={self.noise_times:g} with data.batch_size={batch}: each step's {rows:,} noise "
+                f"rows and their logits need ~{in_gib(needed)}, more than this machine allows ({in_gib(memory)}). "
+                "Fix: a smaller negatives.noise_times (DCLR: 1 for BERT-base, 2.5 for RoBERTa-base) or data.batch_size"
+            )
 
     # ---- the NegativesPart protocol
 
@@ -350,7 +373,13 @@ def check_complementary_source(source: str) -> None:
     if source == INITIAL:
         return
     if is_checkpoint_source(source):
-        read_checkpoint(source, key=KEY, mmap=True)
+        try:
+            read_checkpoint(source, key=KEY, mmap=True)
+        except SentembConfigError as err:  # a file is read as a checkpoint: say the other two sources too
+            raise SentembConfigError(
+                f"{str(err).rstrip('.')}. Or {KEY}=<a Hugging Face SimCSE model: a folder or hub name>, or "
+                f"{KEY}=initial (a frozen copy of the encoder's initial weights)"
+            ) from None
     else:
         check_simcse_source(source)
 
@@ -394,6 +423,7 @@ def pretrained_simcse(source: str, encoder: SentenceEncoder) -> nn.Module:
     from transformers import AutoModel
 
     from sentemb.encoders.models.backbones import NO_REMOTE_CODE, _offline_if_unreachable, pretrained_tokenizer
+    from sentemb.encoders.models.model_files import transformers_refusals
 
     check_simcse_source(source)
     try:
@@ -404,9 +434,10 @@ def pretrained_simcse(source: str, encoder: SentenceEncoder) -> nn.Module:
             f"this run's. Fix: a SimCSE model folder with its tokenizer files, or {KEY}=initial"
         ) from None
     check_vocabulary(tokenizer, encoder.tokenizer, source)
-    return AutoModel.from_pretrained(
-        source, add_pooling_layer=True, **NO_REMOTE_CODE, **_offline_if_unreachable(source)
-    )
+    with transformers_refusals(source, KEY):
+        return AutoModel.from_pretrained(
+            source, add_pooling_layer=True, **NO_REMOTE_CODE, **_offline_if_unreachable(source)
+        )
 
 
 def check_vocabulary(theirs: Any, ours: Any, source: str) -> None:

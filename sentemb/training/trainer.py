@@ -25,10 +25,17 @@ from sentemb.common.metric_names import (
     TEST_UNIFORMITY,
     interval_names,
 )
-from sentemb.encoders.build import load_checkpoint_encoder
+from sentemb.encoders.build import encoder_from_checkpoint
+from sentemb.encoders.checkpoint import read_checkpoint
 from sentemb.eval.similarities import SIMILARITIES_NAME, write_similarities
 from sentemb.training.callbacks import DEV_TASKS, STSBDevEvaluation
-from sentemb.training.checkpoints import best_checkpoint_callback, checkpoint_plugins
+from sentemb.training.checkpoints import (
+    ENVIRONMENT,
+    best_checkpoint_callback,
+    checkpoint_plugins,
+    environment_differences,
+    run_environment,
+)
 
 log = logging.getLogger(__name__)
 
@@ -136,9 +143,10 @@ def report_best(trainer: L.Trainer, dev_eval: STSBDevEvaluation, output_dir: Pat
     log and print them.
 
     The best checkpoint is the one ModelCheckpoint kept for the dev set eval.select names (`dev_eval.monitor`),
-    and the report says which. Dev is scored by the callback's own `dev_spearman` (same sentences, batches, batch
-    size and device), so on the same machine it is the logged best to the last bit; a resumed run whose
-    best was logged elsewhere may differ in the last bits, and a warning says so. Without a
+    and the report says which; it must hold the best logged step's weights (`check_kept_step`). Dev is scored by
+    the callback's own `dev_spearman` (same sentences, batches, batch size and device), so on the same machine it
+    is the logged best to the last bit; a resumed run whose best was logged elsewhere may differ in the last bits,
+    and a warning says what differs (`rescore_difference`). Without a
     ModelCheckpoint keeping the best dev score (callbacks=none), the final weights are scored
     instead, and the report says so (`report_final`). Each score has its bootstrap interval (`<name>_ci_low`,
     `<name>_ci_high`), and the cosines they came from go to `<output_dir>/similarities.npz` (sentemb.compare reads
@@ -154,8 +162,10 @@ def report_best(trainer: L.Trainer, dev_eval: STSBDevEvaluation, output_dir: Pat
             f"training ended at step {trainer.global_step} without a best checkpoint: no {selected.label} evaluation "
             "ran, so ModelCheckpoint kept nothing"
         )
-    best, _ = load_checkpoint_encoder(best_path, trainer.strategy.root_device)
+    saved = read_checkpoint(best_path)
     best_step, logged_dev = dev_eval.selected_best
+    check_kept_step(saved.get("global_step"), best_step, best_path, selected.label)
+    best, _ = encoder_from_checkpoint(saved, trainer.strategy.root_device)
     metrics = _scores(trainer, best, dev_eval, "best_rescored", BEST_STEP, best_step, output_dir)
     dev = metrics[selected.best_rescored]
     kept_score = checkpoint.best_model_score
@@ -168,7 +178,7 @@ def report_best(trainer: L.Trainer, dev_eval: STSBDevEvaluation, output_dir: Pat
     if dev != logged_dev:
         warnings.warn(
             f"the best checkpoint scores {selected.label} {dev!r} now but {logged_dev!r} was logged at step "
-            f"{best_step}: another device, thread count or torch kernel than the training run's",
+            f"{best_step}: {rescore_difference(saved, trainer.strategy.root_device)}",
             stacklevel=1,
         )
     _log_final(trainer, metrics)
@@ -181,6 +191,34 @@ def report_best(trainer: L.Trainer, dev_eval: STSBDevEvaluation, output_dir: Pat
         "scored_weights": "best",
         "selected_on": dev_eval.select,
     }
+
+
+def check_kept_step(kept_step: Any, best_step: int, best_path: str, label: str) -> None:
+    """The kept best checkpoint holds the weights of the best logged step: else its score would be reported beside
+    another step's weights, so the job stops (recorded as failed) rather than report them."""
+    if kept_step != best_step:
+        raise RuntimeError(
+            f"{best_path} holds the weights of step {kept_step}, but the best logged {label} score is step "
+            f"{best_step}'s: reporting it would pair one step's score with another's weights, so nothing is reported. "
+            f"Score the step you want with python -m sentemb.evaluate checkpoint=<its .ckpt>"
+        )
+
+
+def rescore_difference(saved: Mapping[str, Any], device: torch.device) -> str:
+    """Why a checkpoint's dev score now may differ from the one logged when it was kept: what differs between where
+    it was scored then (its `environment`) and now, and only that."""
+    differences = environment_differences(saved.get(ENVIRONMENT), run_environment(device))
+    if differences is None:
+        return (
+            "the checkpoint does not record where it was scored (written before sentemb recorded it), so the "
+            "device, thread count, torch version or CPU kernels may differ from the training run's"
+        )
+    if differences:
+        return f"it is scored elsewhere than when it was kept ({'; '.join(differences)}), which changes the last bits"
+    return (
+        "on the same device, threads, torch and CPU kernels as when it was kept, so no known cause: please report it "
+        "with this run's .hydra/ and log"
+    )
 
 
 def report_final(trainer: L.Trainer, dev_eval: STSBDevEvaluation, output_dir: Path | None = None) -> dict[str, Any]:

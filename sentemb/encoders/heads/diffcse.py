@@ -45,7 +45,9 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer, BertConfig, BertFo
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.parts import ENCODERS, TRAINS_ONLY, part
 from sentemb.encoders.models.backbones import NO_REMOTE_CODE, check_model_source
+from sentemb.encoders.models.model_files import transformers_refusals
 from sentemb.encoders.poolings.base import AroundPooling, Pooling, TrainingViews
+from sentemb.losses.base import NON_NEGATIVE, OPEN_UNIT, require_number
 
 CONVENTIONS = ("paper", "reference")
 BUILT_IN_GENERATORS = ("uniform", "tiny")
@@ -59,12 +61,8 @@ def check_diffcse_options(generator: object, masking_ratio: object, weight: obje
             f"head.generator={generator!r}: name uniform (offline fallback), tiny (tests), or a masked LM's hub "
             "name or folder (e.g. distilbert-base-uncased). Fix: head.generator=uniform"
         )
-    if not (isinstance(masking_ratio, int | float) and not isinstance(masking_ratio, bool) and 0 < masking_ratio < 1):
-        raise SentembConfigError(
-            f"head.masking_ratio={masking_ratio} must be in (0, 1). Fix: head.masking_ratio=0.3 (BERT) or 0.2 (RoBERTa)"
-        )
-    if not (isinstance(weight, int | float) and not isinstance(weight, bool) and weight >= 0):
-        raise SentembConfigError(f"head.weight={weight} must be a number >= 0 (λ). Fix: head.weight=0.005")
+    require_number("head.masking_ratio", masking_ratio, OPEN_UNIT, "head.masking_ratio=0.3 (BERT) or 0.2 (RoBERTa)")
+    require_number("head.weight", weight, NON_NEGATIVE, "head.weight=0.005 (λ)")
     if convention not in CONVENTIONS:
         raise SentembConfigError(f"head.convention={convention!r}: use paper or reference")
 
@@ -101,14 +99,16 @@ def tiny_masked_lm(vocab_size: int) -> BertForMaskedLM:
 def pretrained_masked_lm(name_or_path: str, tokenizer: PreTrainedTokenizerBase) -> nn.Module:
     """A hub or folder masked LM whose vocabulary is the encoder's (its ids are the encoder's ids), else refused."""
     check_model_source(name_or_path, key="head.generator")
-    own = AutoTokenizer.from_pretrained(name_or_path, **NO_REMOTE_CODE)
+    with transformers_refusals(name_or_path, "head.generator"):
+        own = AutoTokenizer.from_pretrained(name_or_path, **NO_REMOTE_CODE)
     if own.get_vocab() != tokenizer.get_vocab():
         raise SentembConfigError(
             f"head.generator={name_or_path}: its vocabulary differs from the encoder's tokenizer, so its predicted ids "
             "would be other tokens. Fix: a masked LM of the encoder's family (distilbert-base-uncased for BERT "
             "uncased, distilroberta-base for RoBERTa), or head.generator=uniform"
         )
-    return AutoModelForMaskedLM.from_pretrained(name_or_path, **NO_REMOTE_CODE)
+    with transformers_refusals(name_or_path, "head.generator"):
+        return AutoModelForMaskedLM.from_pretrained(name_or_path, **NO_REMOTE_CODE)
 
 
 def conditioned(discriminator: nn.Module, z: torch.Tensor) -> torch.utils.hooks.RemovableHandle:

@@ -30,6 +30,7 @@ from transformers import PreTrainedTokenizerBase
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.parts import DECODERS, TRAINS_ONLY, part
 from sentemb.encoders.poolings.base import AroundPooling, Pooling, TrainingViews
+from sentemb.losses.base import NON_NEGATIVE, OPEN_UNIT, Bounds, require_number
 
 IGNORE = -100  # transformers' label for "not scored"
 LABELS = "mntp_labels"  # the prepared batch's key: each row's original token where it is scored, else IGNORE
@@ -43,9 +44,6 @@ def check_mntp_options(
 ) -> None:
     """The head's options, each refused naming its key and the fix (nothing is built)."""
 
-    def number(value: object) -> bool:
-        return isinstance(value, int | float) and not isinstance(value, bool)
-
     if not isinstance(mask_token, str) or not mask_token:
         raise SentembConfigError(f"head.mask_token={mask_token!r} must be a token string. Fix: head.mask_token=_")
     if mask_token == "mask":
@@ -54,10 +52,8 @@ def check_mntp_options(
             "embeddings); sentemb uses tokens the model has. Fix: head.mask_token=_ (llm2vec's 'blank', every "
             "published config) or head.mask_token=eos"
         )
-    if not number(rate) or not 0 < rate < 1:
-        raise SentembConfigError(f"head.rate={rate} must be in (0, 1). Fix: head.rate=0.2 (llm2vec; Mistral 0.8)")
-    if not number(weight) or weight < 0:
-        raise SentembConfigError(f"head.weight={weight} must be a number >= 0. Fix: head.weight=1.0")
+    require_number("head.rate", rate, OPEN_UNIT, "head.rate=0.2 (llm2vec; Mistral 0.8)")
+    require_number("head.weight", weight, NON_NEGATIVE, "head.weight=1.0")
     if not isinstance(contrastive, bool):
         raise SentembConfigError(
             f"head.contrastive={contrastive!r} must be true or false. Fix: head.contrastive=false (MNTP alone, "
@@ -68,15 +64,13 @@ def check_mntp_options(
             "head.weight=0 with head.contrastive=false leaves nothing to train. Fix: head.weight=1.0, or "
             "head.contrastive=true"
         )
-    if not number(mask_replace) or not 0 <= mask_replace <= 1:
-        raise SentembConfigError(
-            f"head.mask_replace_prob={mask_replace} must be in [0, 1]. Fix: 0.8 (llm2vec), 1.0 (its Mistral)"
-        )
-    if not number(random_replace) or not 0 <= random_replace <= 1 - mask_replace:
-        raise SentembConfigError(
-            f"head.random_replace_prob={random_replace} must be in [0, 1 − head.mask_replace_prob]. "
-            "Fix: 0.1 with mask_replace_prob 0.8 (llm2vec), 0.0 with 1.0 (its Mistral)"
-        )
+    require_number("head.mask_replace_prob", mask_replace, Bounds(0.0, 1.0), "0.8 (llm2vec), 1.0 (its Mistral)")
+    require_number(
+        "head.random_replace_prob",
+        random_replace,
+        Bounds(0.0, 1.0 - mask_replace),
+        "0.1 with mask_replace_prob 0.8 (llm2vec), 0.0 with 1.0 (its Mistral)",
+    )
 
 
 def mask_token_id(tokenizer: PreTrainedTokenizerBase, mask_token: str) -> int:

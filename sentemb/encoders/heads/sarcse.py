@@ -37,10 +37,13 @@ from transformers import PreTrainedTokenizerBase
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.parts import ENCODERS, part
+from sentemb.common.published_files import published
 from sentemb.encoders.poolings.base import Pooling
+from sentemb.losses.base import NON_NEGATIVE, Bounds, require_number, require_whole
 
 log = logging.getLogger(__name__)
 KERNELS = (3, 4, 5)
+MAX_CHANNELS = 65536  # 131x the paper's co_t: a TextCNN of 3 x 65536 filters over a 4096-wide model is ~5 GB
 
 
 @part(
@@ -71,13 +74,16 @@ class SARCSEHead(Pooling):
         super().__init__()
         if weighting not in ("self_adaptive", "mse"):
             raise SentembConfigError(f"head.weighting={weighting!r}: use self_adaptive (SARCSE Eq. 8) or mse")
-        if co_t < 2 or co_c < 1:
-            raise SentembConfigError(
-                f"head.co_t={co_t}, head.co_c={co_c}: need co_t >= 2 and co_c >= 1 (paper: 500, 3)"
-            )
-        self.co_t, self.co_c = co_t, co_c
-        self.theta, self.lam, self.weighting = theta, lam, weighting
-        self.alpha, self.beta, self.gamma = alpha, beta, gamma
+        # channel counts bounded: each allocates co_t (co_c) filters over the hidden width
+        self.co_t = require_whole("head.co_t", co_t, Bounds(2, MAX_CHANNELS), "head.co_t=500 (the paper's)")
+        self.co_c = require_whole("head.co_c", co_c, Bounds(1, MAX_CHANNELS), "head.co_c=3 (the paper's)")
+        self.theta = require_number("head.theta", theta, Bounds(0.0, 1.0), "head.theta=0.1 (f(w)'s floor)")
+        self.lam = require_number("head.lam", lam, NON_NEGATIVE, "head.lam=50")
+        self.weighting = weighting
+        self.alpha, self.beta, self.gamma = (
+            require_number(f"head.{key}", value, NON_NEGATIVE, f"head.{key}={default}")
+            for key, value, default in (("alpha", alpha, 1.0), ("beta", beta, 2.5e-4), ("gamma", gamma, 2.5e-4))
+        )
         self.corpus, self.cache_dir = corpus, cache_dir
         self.text_cnn = nn.ModuleList(nn.Conv1d(hidden_size, co_t, ks) for ks in KERNELS)
         self.scale_cnn = nn.Conv2d(1, co_c, kernel_size=(len(KERNELS), 2))
@@ -210,7 +216,7 @@ def corpus_token_frequency(corpus: Path, tokenizer: PreTrainedTokenizerBase, cac
         for ids in tokenizer(lines[start : start + 10_000], add_special_tokens=False)["input_ids"]:
             counts += torch.bincount(torch.tensor(ids, dtype=torch.long), minlength=len(tokenizer)).double()
     frequency = (counts / counts.sum().clamp_min(1)).float()
-    cache.mkdir(parents=True, exist_ok=True)
-    torch.save(frequency, path)
+    with published(path, "wb") as handle:  # whole, and never through a link (published_files)
+        torch.save(frequency, handle)
     log.info("token frequencies of %s cached in %s", corpus, path)
     return frequency

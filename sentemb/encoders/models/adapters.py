@@ -18,8 +18,10 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.losses.base import POSITIVE, Bounds, require_number, require_whole
 
 ADAPTER_KEYS = ("r", "alpha", "dropout", "target_modules")
+MAX_RANK = 16384  # the widest published models' hidden size (a LoRA of rank r adds r x width per matrix)
 # config entries that change how a model runs, not which weights it has: left out of the fingerprint
 RUN_SETTINGS = ("attention_dropout", "is_causal", "dtype", "torch_dtype", "transformers_version", "use_cache")
 
@@ -32,12 +34,10 @@ def check_adapter(adapter: Mapping[str, Any] | None) -> None:
     if unknown:
         raise SentembConfigError(f"adapter.{unknown[0]}: unknown key. Fix: one of {', '.join(ADAPTER_KEYS)}")
     r, alpha, dropout = adapter.get("r"), adapter.get("alpha"), adapter.get("dropout", 0.0)
-    if isinstance(r, bool) or not isinstance(r, int) or r < 1:
-        raise SentembConfigError(f"adapter.r={r} must be a whole number >= 1 (LLM2Vec: 16)")
-    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or alpha <= 0:
-        raise SentembConfigError(f"adapter.alpha={alpha} must be a number > 0 (LLM2Vec: 32)")
-    if not isinstance(dropout, int | float) or not 0 <= dropout < 1:
-        raise SentembConfigError(f"adapter.dropout={dropout} must be a number in [0, 1) (LLM2Vec: 0.05)")
+    # a rank beyond any hidden width only allocates r x width matrices that cannot add anything
+    require_whole("adapter.r", r, Bounds(1, MAX_RANK), "adapter.r=16 (LLM2Vec)")
+    require_number("adapter.alpha", alpha, POSITIVE, "adapter.alpha=32 (LLM2Vec)")
+    require_number("adapter.dropout", dropout, Bounds(0.0, 1.0, high_open=True), "adapter.dropout=0.05 (LLM2Vec)")
     targets = adapter.get("target_modules", "all-linear")
     if targets != "all-linear" and not (
         isinstance(targets, list | tuple) and targets and all(isinstance(name, str) for name in targets)

@@ -30,6 +30,8 @@ from transformers import (
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.parts import ENCODERS, part
 from sentemb.encoders.models.families import family_of
+from sentemb.encoders.models.model_files import check_model_files, transformers_refusals
+from sentemb.losses.base import Bounds, require_number
 
 
 def packaged_model_path(package: str) -> str:
@@ -67,6 +69,8 @@ def check_model_source(
     name_or_path: str, key: str = "model.name_or_path", needs: tuple[str, ...] = BACKBONE_FILES
 ) -> None:
     """A model folder (holding one of `needs`), a cached hub model, or a reachable hub; else a SentembConfigError.
+    A folder, and the files a hub model has in the cache, pass `check_model_files` (a model: `needs` is
+    BACKBONE_FILES, its weights too).
 
     Without this an unreachable hub costs ~40 s of retries, then a stack of transformers errors, and a mistyped
     folder (`./mymodel`, `/a/folder`) a raw HFValidationError traceback.
@@ -74,6 +78,7 @@ def check_model_source(
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         check_model_folder(path, key, needs)
+        check_model_files(path, key, weights=needs == BACKBONE_FILES)
         return
     if path.exists():
         raise SentembConfigError(
@@ -91,9 +96,13 @@ def check_model_source(
             f"(name or namespace/name). Fix: {key}=<an existing folder holding {needs[0]}> (check the path's "
             "spelling and the working directory), or a hub name such as bert-base-uncased, or model=minilm"
         ) from None
-    from huggingface_hub import constants, try_to_load_from_cache
+    from huggingface_hub import constants
 
-    if isinstance(try_to_load_from_cache(name_or_path, "config.json"), str) or hub_reachable():
+    cached = cached_snapshot(name_or_path, needs)
+    if cached is not None:  # what the cache holds is checked now; the rest comes at load (`transformers_refusals`)
+        check_model_files(cached, f"{key}={name_or_path} (cached in {cached})", weights=False)
+        return
+    if hub_reachable():
         return
     raise SentembConfigError(
         f"{key}={name_or_path}: not a local folder, not in the Hugging Face cache "
@@ -117,8 +126,8 @@ def check_model_folder(path: Path, key: str, needs: tuple[str, ...] = BACKBONE_F
 
 def check_backbone_options(dropout: object, trainable_layers: object) -> None:
     """model.dropout in [0, 1) or null; model.trainable_layers a whole number >= 1 or null."""
-    if dropout is not None and not (isinstance(dropout, int | float) and 0.0 <= dropout < 1.0):
-        raise SentembConfigError(f"model.dropout={dropout} must be a number in [0, 1), or null for the model's own")
+    if dropout is not None:
+        require_number("model.dropout", dropout, Bounds(0.0, 1.0, high_open=True), "null for the model's own")
     layers = trainable_layers
     if layers is not None and (isinstance(layers, bool) or not isinstance(layers, int) or layers < 1):
         raise SentembConfigError(
@@ -135,6 +144,28 @@ def check_model(model: Mapping[str, Any]) -> None:
             key = "model.name_or_path" if source == model.get("name_or_path") else f"model.{loader}.name_or_path"
             check_model_source(str(source), key, needs)
     check_backbone_options(model.get("dropout"), model.get("trainable_layers"))
+
+
+def cached_snapshot(name_or_path: str, needs: tuple[str, ...] = BACKBONE_FILES) -> Path | None:
+    """The cache's folder of a hub model one of whose `needs` is cached, else None."""
+    from huggingface_hub import try_to_load_from_cache
+
+    for name in needs:
+        found = try_to_load_from_cache(name_or_path, name)
+        if isinstance(found, str):
+            return Path(found).parent
+    return None
+
+
+def declared_hidden_size(model: Mapping[str, Any]) -> int | None:
+    """A `model=` config's hidden width before it loads: its backbone's hidden_size option, else its folder's or
+    cached hub model's config.json; None when neither says."""
+    backbone = model.get("backbone") or {}
+    size = backbone.get("hidden_size")
+    if size is None and backbone.get("name_or_path") is not None:
+        config = stored_config(str(backbone["name_or_path"]))
+        size = getattr(config, "hidden_size", None)
+    return size if isinstance(size, int) and not isinstance(size, bool) else None
 
 
 # said on every from_pretrained call: a folder's `auto_map` (Python files beside its weights) is never imported
@@ -159,9 +190,14 @@ def pretrained_backbone(
     check_model_source(name_or_path)
     dropout = {"hidden_dropout_prob": hidden_dropout_prob, "attention_probs_dropout_prob": attention_probs_dropout_prob}
     overrides = {k: float(v) for k, v in dropout.items() if v is not None}
-    return AutoModel.from_pretrained(
-        name_or_path, add_pooling_layer=False, **NO_REMOTE_CODE, **_offline_if_unreachable(name_or_path), **overrides
-    )
+    with transformers_refusals(name_or_path, "model.name_or_path"):
+        return AutoModel.from_pretrained(
+            name_or_path,
+            add_pooling_layer=False,
+            **NO_REMOTE_CODE,
+            **_offline_if_unreachable(name_or_path),
+            **overrides,
+        )
 
 
 def freeze_all_but_top_layers(backbone: PreTrainedModel, trainable_layers: int) -> None:
@@ -191,7 +227,8 @@ def freeze_all_but_top_layers(backbone: PreTrainedModel, trainable_layers: int) 
 @part("model.tokenizer", "pretrained_tokenizer")
 def pretrained_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
     check_model_source(name_or_path, needs=TOKENIZER_FILES)
-    return AutoTokenizer.from_pretrained(name_or_path, **NO_REMOTE_CODE, **_offline_if_unreachable(name_or_path))
+    with transformers_refusals(name_or_path, "model.tokenizer.name_or_path"):
+        return AutoTokenizer.from_pretrained(name_or_path, **NO_REMOTE_CODE, **_offline_if_unreachable(name_or_path))
 
 
 TINY_BERT_POSITIONS = 512

@@ -29,6 +29,7 @@ from sentemb.encoders.models.backbones import (
     trained_byte_bpe,
 )
 from sentemb.encoders.models.families import DEFAULT_TINY_FAMILY, decoder_families, family_of, tiny_family
+from sentemb.encoders.models.model_files import transformers_refusals
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +154,8 @@ def pretrained_decoder(
     check_model_source(name_or_path)
     check_attention_options(attn_implementation, torch_dtype)
     options: dict[str, object] = {**NO_REMOTE_CODE, **_offline_if_unreachable(name_or_path)}
-    config = AutoConfig.from_pretrained(name_or_path, **options)
+    with transformers_refusals(name_or_path, "model.name_or_path"):
+        config = AutoConfig.from_pretrained(name_or_path, **options)
     eager_only = getattr(family_of(config), "eager_only", False)
     if eager_only and attn_implementation not in (None, "eager"):
         raise SentembConfigError(
@@ -165,7 +167,8 @@ def pretrained_decoder(
     if torch_dtype is not None:
         options["dtype"] = getattr(torch, torch_dtype)
     loader = AutoModelForCausalLM if with_lm_head else AutoModel
-    return loader.from_pretrained(name_or_path, **options, **decoder_overrides(bidirectional, dropout))
+    with transformers_refusals(name_or_path, "model.name_or_path"):
+        return loader.from_pretrained(name_or_path, **options, **decoder_overrides(bidirectional, dropout))
 
 
 # transformers' own attention code paths; a hub kernel name ("org/repo") would download and run code

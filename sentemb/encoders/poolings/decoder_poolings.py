@@ -24,10 +24,13 @@ from transformers import PreTrainedTokenizerBase
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.parts import part
+from sentemb.encoders.models.model_files import SIZE_LIMITS
 from sentemb.encoders.poolings.base import Pooling
 from sentemb.encoders.poolings.templates import check_room, model_max_length, real_ids
 from sentemb.encoders.serving.onnx_embedder import prepared_rows
+from sentemb.losses.base import Bounds, require_whole
 
+MAX_LATENTS = 65536  # 128x NV-Embed's 512
 PROMPTEOL_TEMPLATE = 'This sentence : "[X]" means in one word:"'
 
 
@@ -121,9 +124,12 @@ class LatentAttentionPooling(DecoderPooling):
         self, hidden_size: int, num_latents: int = 512, num_heads: int = 8, intermediate_size: int | None = None
     ) -> None:
         super().__init__()
-        for key, value in (("num_latents", num_latents), ("num_heads", num_heads)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise SentembConfigError(f"pooling.{key}={value} must be a whole number >= 1 (NV-Embed: 512 and 8)")
+        # bounded: each latent is a trainable row, and the MLP two hidden x intermediate matrices
+        require_whole("pooling.num_latents", num_latents, Bounds(1, MAX_LATENTS), "pooling.num_latents=512 (NV-Embed)")
+        require_whole("pooling.num_heads", num_heads, Bounds(1), "pooling.num_heads=8 (NV-Embed)")  # divides the width
+        if intermediate_size is not None:
+            limit = Bounds(1, SIZE_LIMITS["intermediate_size"])
+            require_whole("pooling.intermediate_size", intermediate_size, limit, "null (4 x the hidden size)")
         if hidden_size % num_heads:
             raise SentembConfigError(
                 f"pooling.num_heads={num_heads} must divide the model's hidden size {hidden_size}. Fix: e.g. "

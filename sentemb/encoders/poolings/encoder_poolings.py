@@ -29,6 +29,7 @@ from sentemb.encoders.poolings.templates import (
     rebatch,
 )
 from sentemb.encoders.serving.onnx_embedder import prepared_rows
+from sentemb.losses.base import POSITIVE, require_number
 
 MLP_ACTIVATIONS = ("after", "before", "none")
 
@@ -42,8 +43,8 @@ def projection_mlp(hidden_size: int, use: str, activation: str, init_std: float 
             f"pooling.mlp_activation={activation!r}: use 'after' (SimCSE: Linear then Tanh), 'before' "
             "(Tanh then Linear) or 'none' (Linear alone)"
         )
-    if init_std is not None and not (isinstance(init_std, int | float) and init_std > 0):
-        raise SentembConfigError(f"pooling.mlp_init_std={init_std} must be a number > 0, or null for nn.Linear's own")
+    if init_std is not None:
+        require_number("pooling.mlp_init_std", init_std, POSITIVE, "e.g. 0.02, or null for nn.Linear's own")
     if use == "none":
         return None
     linear = nn.Linear(hidden_size, hidden_size)

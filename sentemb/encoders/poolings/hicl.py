@@ -39,6 +39,7 @@ from sentemb.encoders.poolings.templates import (
     real_ids,
     rebatch,
 )
+from sentemb.losses.base import POSITIVE, Bounds, require_number
 
 
 def slice_content(content: list[int], slice_len: int) -> list[list[int]]:
@@ -88,13 +89,14 @@ class HiCLPooling(Pooling):
             raise SentembConfigError(f"pooling.weighting={weighting!r}: use length (HiCL) or uniform")
         if local_negatives not in ("summation", "averaging"):
             raise SentembConfigError(f"pooling.local_negatives={local_negatives!r}: use summation (HiCL) or averaging")
-        if not (0 <= alpha and 0 <= entailment_beta and alpha + entailment_beta <= 1):
+        require_number("pooling.alpha", alpha, Bounds(0.0, 1.0), "e.g. pooling.alpha=0.05")
+        require_number("pooling.entailment_beta", entailment_beta, Bounds(0.0, 1.0), "e.g. pooling.entailment_beta=0")
+        if alpha + entailment_beta > 1:
             raise SentembConfigError(
                 f"pooling.alpha={alpha}, pooling.entailment_beta={entailment_beta}: need α, β ≥ 0 and α + β ≤ 1 "
                 "(the global loss gets 1 − α − β). Fix: e.g. pooling.alpha=0.05"
             )
-        if not local_tau > 0:
-            raise SentembConfigError(f"pooling.local_tau={local_tau} must be > 0, e.g. 0.05")
+        require_number("pooling.local_tau", local_tau, POSITIVE, "e.g. pooling.local_tau=0.05")
         check_template(template)
         self.slice_len, self.weighting = slice_len, weighting
         self.alpha, self.local_tau, self.local_negatives, self.entailment_beta = (
