@@ -176,7 +176,8 @@ def test_preset_holds_the_papers_values(name, tmp_path):
         assert choice(cfg, "soft_negatives") == "sncse"
         margin = cfg.soft_negatives
         assert (margin.weight, margin.alpha, margin.beta) == (want["weight"], 0.1, 0.3)
-        assert cfg.soft_negatives.source == "rule" and cfg.soft_negatives.lookup_quirk is False
+        assert cfg.soft_negatives.source == "rule" and cfg.soft_negatives.convention == "paper"
+        assert cfg.soft_negatives.lookup_quirk is None, "the paper convention's lookup"
         assert (cfg.pooling.template, cfg.pooling.positive_template) == (ANCHOR_TEMPLATE, POSITIVE_TEMPLATE)
         assert cfg.pooling.mlp == "train"
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import math
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,9 +13,10 @@ import torch.distributed as dist
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.hydra_plumbing import resolved_container
-from sentemb.training.checks import check_parts
+from sentemb.losses import build
+from sentemb.training.checks import check_parts, prepare_run
 from sentemb.training.module import SentembModule
-from sentemb.training.momentum import MomentumQueue, ema_update, sentence_keys
+from sentemb.training.momentum import MomentumQueue, check_resumed_negatives, ema_update, sentence_keys
 from tests.conftest import compose_train
 from tests.test_ddp_gradients import StepLoss, rank_rows, spawned
 from tests.test_resume import resumed_losses, stopped_and_resumed
@@ -135,6 +138,7 @@ def test_the_queue_adds_negatives_to_the_loss(tmp_path):
         (["loss=paradigm", "loss.convention=reference"], "convention=reference"),
         (["negatives.convention=reference", "adapter=lora"], "frozen base"),
         (["negatives.queue_size=0"], "negatives.queue_size"),
+        (["negatives.queue_size=100000000"], "negatives.queue_size=100000000 must be a whole number from 1 to 65536"),
         (["negatives.momentum=1.5"], "negatives.momentum"),
     ],
 )
@@ -291,3 +295,214 @@ def test_a_sweep_over_losses_with_the_queue_is_refused_before_its_first_job(tmp_
 
     message = sweep_refused(["model=tiny", "negatives=momentum"], ["loss=infonce,barlow"], tmp_path)
     assert "loss=barlow" in message and "no negatives' denominator" in message
+
+
+# ---- convention=reference against the released code (caskcsg/sentemb @5eeec55103c1da738761bf8c6a9c085c6ad1c9a1)
+
+
+def released_esimcse_losses(
+    steps: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], neg_size: int, temp: float
+) -> tuple[list[float], torch.Tensor]:
+    """The released queue and loss, restated as a loop over one epoch's steps (z1, z2, eval_z): ESimCSE/esimcse/
+    trainers.py, `train` line 452 (`self.pre_z1=None` at each epoch) and `compute_loss` lines 619-636 (the loss with
+    the queue as it stood, then `pre_z1 = eval_z.clone()` when None, else `cat((pre_z1, eval_z))[-neg_size:]`);
+    ESimCSE/esimcse/models.py, `cl_forward` lines 231 and 244-248 (`Similarity`: cos / temp; every queued row a
+    column of `cos_sim_neg`, cross-entropy against the diagonal)."""
+    pre_z1, losses = None, []
+    for z1, z2, eval_z in steps:
+        rows = []
+        for i in range(len(z1)):
+            candidates = list(z2) + ([] if pre_z1 is None else list(pre_z1))
+            logits = [float(torch.nn.functional.cosine_similarity(z1[i], c, dim=0)) / temp for c in candidates]
+            rows.append(math.log(sum(math.exp(x) for x in logits)) - logits[i])
+        losses.append(sum(rows) / len(rows))
+        pre_z1 = eval_z.clone() if pre_z1 is None else torch.cat((pre_z1, eval_z.clone()), 0)[-neg_size:]
+    return losses, pre_z1
+
+
+def sentemb_queue_losses(
+    steps: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], ids: list[torch.Tensor], convention: str
+) -> tuple[list[float], torch.Tensor]:
+    """The same steps through MomentumQueue (K = 4) and loss=infonce at τ 0.05, in a step's order."""
+    queue, loss = MomentumQueue(queue_size=4, convention=convention), build("infonce", tau=0.05)
+    losses = []
+    for (z1, z2, eval_z), batch_ids in zip(steps, ids, strict=True):
+        negatives = queue.negatives(batch_ids)
+        losses.append(float(loss(z1, z2, negatives=negatives).loss if negatives is not None else loss(z1, z2).loss))
+        queue.enqueue(eval_z, batch_ids)
+    return losses, queue.queue
+
+
+def esimcse_steps() -> tuple[list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], list[torch.Tensor]]:
+    """Three steps of fixed embeddings: a first batch of 6 over a queue of 4, then batches of 3 that repeat sentences
+    still queued (ids 104, 105 again: a duplicated line, a second epoch)."""
+    gen = torch.Generator().manual_seed(0)
+    sizes, ids = (6, 3, 3), [torch.arange(100, 106), torch.tensor([104, 200, 105]), torch.tensor([105, 300, 301])]
+    steps = []
+    for n in sizes:
+        z1 = torch.randn(n, 8, generator=gen)
+        steps.append((z1, z1 + 0.5 * torch.randn(n, 8, generator=gen), torch.randn(n, 8, generator=gen)))
+    return steps, ids
+
+
+def test_the_reference_queue_is_the_released_codes_every_row_and_whole_first_batch():
+    """Findings 21 and 22: under `reference` every queued row is a negative (no entry of the batch's own sentences
+    left out) and the first batch, larger than K, is queued whole; the paper form differs on both."""
+    steps, ids = esimcse_steps()
+    released, released_queue = released_esimcse_losses(steps, neg_size=4, temp=0.05)
+    reference, reference_queue = sentemb_queue_losses(steps, ids, "reference")
+    # float32 embeddings, Python-float logits on one side and torch's log-softmax on the other: ~1e-6 relative
+    assert reference == pytest.approx(released, rel=1e-5)
+    assert torch.equal(reference_queue, released_queue), "the same rows, copied: equal"
+    paper, paper_queue = sentemb_queue_losses(steps, ids, "paper")
+    assert paper[1] != pytest.approx(released[1], rel=1e-3), "paper: the first batch's newest 4 only, 104/105 left out"
+    assert paper[2] != pytest.approx(released[2], rel=1e-3)
+
+
+def test_the_first_reference_batch_stays_whole_until_the_next_one_cuts_the_queue_to_k():
+    queue = MomentumQueue(queue_size=4, convention="reference")
+    rows = torch.arange(9, dtype=torch.float32)[:, None].repeat(1, 2)
+    queue.enqueue(rows[:6], torch.arange(6))
+    assert queue.queue[:, 0].tolist() == [0, 1, 2, 3, 4, 5], "pre_z1 = eval_z: the whole first batch"
+    assert torch.equal(queue.negatives(torch.tensor([0, 5])), queue.queue), "every row, its own sentences too"
+    queue.enqueue(rows[6:], torch.arange(6, 9))
+    assert queue.queue[:, 0].tolist() == [5, 6, 7, 8], "cat(pre_z1, eval_z)[-K:]"
+    queue.on_epoch_start(1)
+    queue.enqueue(rows[:6], torch.arange(6))
+    assert queue.queue.shape[0] == 6, "emptied at the epoch's start, the next first batch kept whole"
+
+
+# ---- a resumed checkpoint's queue state (finding 8): checked field by field before any model loads
+
+
+@pytest.fixture(scope="module")
+def esimcse_checkpoint(tmp_path_factory) -> dict:
+    """A checkpoint of a tiny ESimCSE module (K = 6) after one step of 4 sentences, as a dict to tamper with."""
+    module = module_of([], tmp_path_factory.mktemp("esimcse"))
+    module.step_loss(tokens(module, SENTENCES[:4]))
+    state = module.state_dict()
+    assert state["negatives._extra_state"]["queue"].shape == (4, 32)
+    return {"state_dict": state, "hyper_parameters": dict(module.hparams), "pytorch-lightning_version": "2.5.0"}
+
+
+def saved(checkpoint: dict, tmp_path: Path, tamper=None) -> Path:
+    checkpoint = copy.deepcopy(checkpoint)
+    if tamper is not None:
+        tamper(checkpoint)
+    path = tmp_path / "last.ckpt"
+    torch.save(checkpoint, path)
+    return path
+
+
+def queue_state(**changes):
+    def tamper(checkpoint: dict) -> None:
+        state = checkpoint["state_dict"]["negatives._extra_state"]
+        for key, value in changes.items():
+            if value is None:
+                del state[key]
+            else:
+                state[key] = value(state[key]) if callable(value) else value
+
+    return tamper
+
+
+def without_queue(checkpoint: dict) -> None:
+    del checkpoint["state_dict"]["negatives._extra_state"]
+
+
+def plain_simcse(checkpoint: dict) -> None:
+    checkpoint["hyper_parameters"]["negatives"] = None
+    checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if not k.startswith("negatives.")}
+
+
+def state_is_a_tensor(checkpoint: dict) -> None:
+    checkpoint["state_dict"]["negatives._extra_state"] = torch.zeros(3)
+
+
+TAMPERED = {
+    "nan": (queue_state(queue=lambda q: q.index_fill(0, torch.tensor([1]), float("nan"))), "non-finite"),
+    "one-dimensional": (queue_state(queue=lambda q: q.flatten()), "not \\(rows, width\\)"),
+    "ids-of-other-rows": (queue_state(queue_ids=lambda ids: ids[:2]), "one sentence key per queued row"),
+    "int-queue": (queue_state(queue=lambda q: q.long()), "not a float tensor"),
+    "float-ids": (queue_state(queue_ids=lambda ids: ids.float()), "not an int64 tensor"),
+    "200k-rows": (
+        queue_state(queue=torch.zeros(1, 32).expand(200_000, 32), queue_ids=torch.zeros(1).long().expand(200_000)),
+        "200000 rows, more than this run's queue can \\(6\\)",
+    ),
+    "epoch-text": (queue_state(emptied_at_epoch="soon"), "emptied_at_epoch"),
+    "not-a-dict": (state_is_a_tensor, "not a momentum queue's state"),
+    "no-queue": (without_queue, "holds no momentum queue \\(negatives._extra_state\\)"),
+    "plain-simcse": (plain_simcse, "trained with negatives=null \\(none\\), this run asks for negatives=momentum"),
+}
+
+
+def resume_config(path: Path, tmp_path: Path, extra: list[str] = ()):
+    return compose_train(["model=tiny", "negatives=momentum", "negatives.queue_size=6", f"ckpt_path={path}", *extra],
+                         tmp_path)  # fmt: skip
+
+
+@pytest.mark.parametrize(("tamper", "message"), TAMPERED.values(), ids=TAMPERED.keys())
+def test_a_resumed_queue_state_is_checked_field_by_field_naming_file_key_and_fix(
+    tamper, message, esimcse_checkpoint, tmp_path, forbid_model_loading
+):
+    path = saved(esimcse_checkpoint, tmp_path, tamper)
+    with pytest.raises(SentembConfigError, match=message) as err:
+        check_resumed_negatives(str(path), resume_config(path, tmp_path))
+    assert f"ckpt_path={path}" in str(err.value) and "Fix:" in str(err.value)
+
+
+def test_the_sound_state_passes_and_a_momentum_checkpoint_needs_negatives_momentum(
+    esimcse_checkpoint, tmp_path, forbid_model_loading
+):
+    path = saved(esimcse_checkpoint, tmp_path)
+    check_resumed_negatives(str(path), resume_config(path, tmp_path))
+    plain = compose_train(["model=tiny", f"ckpt_path={path}"], tmp_path)
+    with pytest.raises(SentembConfigError, match="trained with negatives=momentum, this run asks for negatives=null"):
+        check_resumed_negatives(str(path), plain)
+    with pytest.raises(SentembConfigError, match=r"more than this run's queue can \(2\)"):  # K lowered on resume
+        check_resumed_negatives(str(path), resume_config(path, tmp_path, ["negatives.queue_size=2"]))
+    # the released code's first batch may exceed K: under reference up to the global batch
+    reference = ["negatives.convention=reference", "negatives.queue_size=2", "data.batch_size=4"]
+    check_resumed_negatives(str(path), resume_config(path, tmp_path, reference))
+
+
+def test_a_nan_queue_is_refused_by_the_pre_run_checks_before_any_model_loads(
+    esimcse_checkpoint, tiny_overrides, tmp_path, forbid_model_loading
+):
+    path = saved(esimcse_checkpoint, tmp_path, TAMPERED["nan"][0])
+    cfg = resume_config(path, tmp_path / "run", tiny_overrides)
+    with pytest.raises(SentembConfigError, match=f"ckpt_path={path}: negatives._extra_state: queue holds non-finite"):
+        prepare_run(cfg)
+
+
+def test_a_bad_state_loaded_without_the_pre_run_check_is_refused_naming_the_key(esimcse_checkpoint, tmp_path):
+    module = module_of([], tmp_path)
+    state = copy.deepcopy(esimcse_checkpoint["state_dict"])
+    state["negatives._extra_state"]["queue"][0, 0] = float("inf")
+    with pytest.raises(SentembConfigError, match="negatives._extra_state: queue holds non-finite"):
+        module.load_state_dict(state)
+
+
+def test_a_restored_queue_of_another_width_is_refused_before_the_loss(esimcse_checkpoint, tmp_path):
+    module = module_of([], tmp_path)
+    state = copy.deepcopy(esimcse_checkpoint["state_dict"])
+    state["negatives._extra_state"]["queue"] = torch.zeros(4, 7)
+    module.load_state_dict(state)
+    with pytest.raises(SentembConfigError, match="negatives._extra_state: .* width 7, this run's embeddings have 32"):
+        module.step_loss(tokens(module, SENTENCES[4:]))
+
+
+def test_a_part_that_keeps_no_state_refuses_a_checkpoint_holding_some(
+    esimcse_checkpoint, tmp_path, forbid_model_loading
+):
+    """negatives=dclr saves nothing under negatives.* (its complementary model is rebuilt, its noise drawn anew): a
+    checkpoint recorded as DCLR's that holds such state is refused, not left to Lightning's strict load."""
+
+    def as_dclr(checkpoint: dict) -> None:
+        checkpoint["hyper_parameters"]["negatives"] = {"name": "dclr", "complementary": "initial"}
+
+    path = saved(esimcse_checkpoint, tmp_path, as_dclr)
+    cfg = compose_train(["model=tiny", "negatives=dclr", "negatives.complementary=initial", f"ckpt_path={path}"],
+                        tmp_path)  # fmt: skip
+    with pytest.raises(SentembConfigError, match=r"holds state under negatives\.\*.*negatives=dclr never saves"):
+        check_resumed_negatives(str(path), cfg)

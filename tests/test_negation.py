@@ -238,7 +238,10 @@ def test_read_negations_reads_the_released_format(tmp_path):
 @pytest.mark.parametrize(
     ("lines", "named"),
     [
-        ([json.dumps(["a", "b"]), "{not json"], "line 2: not JSON"),
+        ([json.dumps(["a", "b"]), "{not json"], "line 2:1: not valid JSON"),
+        ([json.dumps(["a", "b"]), "[" * 100_000 + "]" * 100_000], "line 2: nests lists or dicts more than 32 deep"),
+        ([json.dumps(["a", "b"]), '["a \\ud800 b", "Not a b"]'], "line 2: the sentence holds a lone surrogate"),
+        ([json.dumps(["a", "b"]), '["a b", "Not a \\udfff"]'], "line 2: the negation holds a lone surrogate"),
         ([json.dumps(["a", "b"]), json.dumps(["a", "b", "c"])], "line 2"),
         ([json.dumps({"a": "b"})], "line 1"),
         ([json.dumps(["a", 3])], "line 1"),
@@ -246,7 +249,18 @@ def test_read_negations_reads_the_released_format(tmp_path):
         ([], "holds no negation"),
         (["", "  "], "holds no negation"),
     ],
-    ids=["not-json", "three-items", "a-dict", "a-number", "a-string", "empty", "blank"],
+    ids=[
+        "not-json",
+        "nested-past-the-parser",
+        "surrogate-sentence",
+        "surrogate-negation",
+        "three-items",
+        "a-dict",
+        "a-number",
+        "a-string",
+        "empty",
+        "blank",
+    ],
 )
 def test_read_negations_refuses_a_bad_line_naming_file_line_and_fix(tmp_path, lines, named):
     path = write(tmp_path / "neg.jsonl", lines)
@@ -530,3 +544,57 @@ def test_the_command_help_names_its_keys(tmp_path):
     assert result.returncode == 0
     for text in ("python -m sentemb.negate in=<corpus.txt> out=<negations.jsonl>", "source=rule", "overwrite: false"):
         assert text in result.stdout
+
+
+# a negate stopped by a signal at its 50th sentence, mid-write; `named`: no O_TMPFILE, as on NFS
+STOPPED_NEGATE = """
+import os, signal, sys
+import sentemb.negate
+signum, mode, *overrides = sys.argv[1:]
+if mode == "named":
+    os.O_TMPFILE = 0
+real, seen = sentemb.negate.negate_offline, []
+def negate_offline(line):
+    seen.append(line)
+    if len(seen) == 50:
+        os.kill(os.getpid(), getattr(signal, signum))
+    return real(line)
+sentemb.negate.negate_offline = negate_offline
+sys.argv = ["sentemb.negate", *overrides]
+sentemb.negate.main()
+"""
+
+
+def o_tmpfile_here(folder: Path) -> bool:
+    import os
+
+    from sentemb.common.published_files import temporary_file
+
+    fd, named = temporary_file(folder / "probe")
+    os.close(fd)
+    if named is not None:
+        named.unlink()
+    return named is None
+
+
+@pytest.mark.parametrize(
+    ("signum", "mode"), [("SIGTERM", "named"), ("SIGKILL", "O_TMPFILE"), ("SIGKILL", "named")]
+)  # fmt: skip
+def test_negate_stopped_by_a_signal_leaves_no_temporary_file_for_long(signum, mode, tmp_path):
+    # a signal to a process of its own (sentemb.negate's imports: ~3 s)
+    if mode == "O_TMPFILE" and not o_tmpfile_here(tmp_path):
+        pytest.skip("this file system has no O_TMPFILE: the named temporary file is tested instead")
+    corpus = write(tmp_path / "corpus.txt", [f"Sentence {n} is here." for n in range(300)])
+    out = tmp_path / "out" / "neg.jsonl"
+    overrides = [f"in={corpus}", f"out={out}", "source=rule", "batch_size=8"]
+    done = subprocess.run([sys.executable, "-c", STOPPED_NEGATE, signum, mode, *overrides], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == (143 if signum == "SIGTERM" else -9), done.stderr[-3000:]
+    left = sorted(p.name for p in out.parent.iterdir()) if out.parent.exists() else []
+    if (signum, mode) == ("SIGKILL", "named"):  # nothing could remove it: the next write of out does
+        assert len(left) == 1 and left[0].startswith(".neg.jsonl.") and left[0].endswith(".partial"), left
+        from sentemb.negate import write_atomically
+
+        write_atomically(out, iter(['["a", "not a"]\n']), overwrite=False)
+        left = sorted(p.name for p in out.parent.iterdir() if p.name != "neg.jsonl")
+    assert left == [], "a hidden temporary file left beside out="

@@ -12,7 +12,9 @@ anything uses them. It lets through:
   record of what a run trained with, never built;
 - where a reader knows the keys a node may hold, those only;
 - nesting at most `MAX_DEPTH` lists or dicts deep (no file sentemb writes nests deeper than a few levels; a deeper
-  one would only exhaust Python's recursion in the parser or the checks).
+  one would only exhaust Python's recursion in the parser or the checks);
+- strings that are text (`not_text`): no lone surrogate, which a JSON escape (`"\\ud800"`) or a pickled string can
+  carry, UTF-8 cannot encode and a tokenizer fails on with no file or key named.
 A refusal is a SentembConfigError naming the file, the key and the fix, raised before anything is built.
 """
 
@@ -31,6 +33,7 @@ INTERPOLATION = "${"
 TARGET = "_target_"
 DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
 MAX_DEPTH = 32  # lists and dicts within each other; sentemb's own files nest at most 5 deep
+SURROGATE = re.compile("[\ud800-\udfff]")  # half of a UTF-16 pair: in a Python str only by an escape or a pickle
 REWRITE = "Fix: restore the file as sentemb wrote it, or write it again with the sentemb command that made it"
 
 
@@ -62,6 +65,9 @@ def _check(value: Any, path: str, shape: Shape, refuse: Any, depth: int) -> None
     if isinstance(value, str):
         if INTERPOLATION in value and not _is_text(path, shape):
             refuse(path, f"holds an interpolation ({_clip(value)}), which sentemb never resolves from a file")
+        why = not_text(value)
+        if why:
+            refuse(path, why)
         return
     if isinstance(value, list | tuple):
         for item in value:
@@ -88,6 +94,18 @@ def _check_node(node: dict, path: str, shape: Shape, refuse: Any, depth: int) ->
         if allowed is not None and key not in allowed:
             refuse(where, f"is not a key sentemb reads there ({', '.join(sorted(allowed))})")
         _check(item, where, shape, refuse, depth)
+
+
+def not_text(value: str) -> str | None:
+    """Why `value` is not text (a lone surrogate, e.g. from the JSON escape `"\\ud800"`: UTF-8 cannot encode it and a
+    tokenizer fails on it), or None: what every reader of text from a file checks before a tokenizer sees it."""
+    found = SURROGATE.search(value)
+    if found is None:
+        return None
+    return (
+        f"holds a lone surrogate (U+{ord(found.group()):04X} at character {found.start()}, half of a UTF-16 pair, "
+        "as a JSON escape such as \\ud800 writes it), which is not text"
+    )
 
 
 def _is_text(path: str, shape: Shape) -> bool:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import json
 import os
 import re
 import string
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.file_values import not_text, parse_json
 
 SOURCES = ("rule", "spacy", "file")
 DEFAULT_SPACY_MODEL = "en_core_web_sm"
@@ -393,18 +393,19 @@ def _fix_file(path: str | os.PathLike) -> str:
 
 def parse_line(text: str, path: str | os.PathLike, number: int) -> tuple[str, str]:
     """One line of a negation file: a JSON list of two strings, [sentence, negation] (plain JSON: nothing is
-    evaluated); anything else a SentembConfigError naming the file, the line and the fix."""
-    try:
-        value = json.loads(text)
-    except ValueError as err:
-        raise SentembConfigError(
-            f"{path}, line {number}: not JSON ({err}): {text.strip()[:80]!r}. {_fix_file(path)}"
-        ) from None
+    evaluated; nesting too deep for the parser is refused, `parse_json`), each of them text a tokenizer takes (no
+    lone surrogate from an escape such as "\\ud800", `not_text`); anything else a SentembConfigError naming the
+    file, the line and the fix."""
+    where = f"{path}, line {number}"
+    value = parse_json(text, where, _fix_file(path))
     if not (isinstance(value, list) and len(value) == 2 and all(isinstance(item, str) for item in value)):
         raise SentembConfigError(
-            f"{path}, line {number}: {text.strip()[:80]!r} is not a list of two strings [sentence, negation]. "
-            f"{_fix_file(path)}"
+            f"{where}: {text.strip()[:80]!r} is not a list of two strings [sentence, negation]. {_fix_file(path)}"
         )
+    for role, item in zip(("sentence", "negation"), value, strict=True):
+        why = not_text(item)
+        if why:
+            raise SentembConfigError(f"{where}: the {role} {why}. {_fix_file(path)}")
     return value[0], value[1]
 
 
@@ -491,17 +492,22 @@ def ends_in_punctuation(sentence: str) -> bool:
     return sentence.strip()[-1:] in PUNCTUATION
 
 
+def with_final_period(sentence: str) -> str:
+    """`sentence` as train_SNCSE.py trains on it (prepare_features, lines 510-512 at faa013e): " ." appended when its
+    stripped form does not end in one of string.punctuation (to the sentence as given, spaces kept). An empty
+    sentence, where the code would fail, counts as not ending in punctuation."""
+    return sentence if ends_in_punctuation(sentence) else sentence + " ."
+
+
 def quirk_lookup(sentence: str, table: dict[str, str]) -> str:
-    """The soft negative train_SNCSE.py feeds for `sentence`, its negations read into `table`:
+    """The soft negative train_SNCSE.py feeds for `sentence`, its negations read into `table` (lines 510-516):
     a sentence whose stripped form does not end in one of string.punctuation gets " ." appended *before* the
-    lookup (the file's keys are the sentences as they are), so it misses and falls back to "Not " + sentence + " .";
-    a sentence missing from the table falls back to "Not " + sentence; and a negation whose stripped form does not
-    end in punctuation gets " ." appended. (train_SNCSE.py also appends " ." to such a sentence's own two views;
-    that is the template's business, not this one's. An empty sentence, where the code would fail, counts as not
-    ending in punctuation.)"""
-    key = sentence if ends_in_punctuation(sentence) else sentence + " ."
-    negation = table.get(key, "Not " + key)
-    return negation if ends_in_punctuation(negation) else negation + " ."
+    lookup (`with_final_period`; the file's keys are the sentences as they are), so it misses and falls back to
+    "Not " + sentence + " ."; a sentence missing from the table falls back to "Not " + sentence; and a negation
+    whose stripped form does not end in punctuation gets " ." appended. (train_SNCSE.py appends the same " ." to the
+    sentence's own two views: `SoftNegatives.anchors` under soft_negatives.convention=reference.)"""
+    key = with_final_period(sentence)
+    return with_final_period(table.get(key, "Not " + key))
 
 
 def soft_negatives(

@@ -8,6 +8,8 @@ View 1, the anchor, is every batch's rows under the tokenizer's own names (`inpu
   gives token types, `positive_token_type_ids` (all 0);
 - soft_negatives (SNCSE): the third view, each sentence's negation (`sentemb.data.negation`), tokenised and
   truncated to data.max_length, under `negative_input_ids`, `negative_attention_mask` (+ `negative_token_type_ids`).
+  Under soft_negatives.convention=reference the anchor (and so the positive made from it) is the sentence as
+  SNCSE's training reads it, " ." appended when it lacks final punctuation (`SoftNegatives.anchors`).
 
 Without them a batch holds exactly the anchor's keys. Each view is padded on its own, to its own longest row, on
 the tokenizer's padding side with its pad id (`ViewCollator`); `view_batch` reads one view back under the plain
@@ -36,14 +38,17 @@ PREFIXES = (POSITIVE, NEGATIVE)
 @dataclass(frozen=True)
 class SoftNegatives:
     """The `soft_negatives` config node's data-side fields: where each sentence's negation comes from
-    (`sentemb.data.negation.soft_negatives`). `stamp`: the negation file's size and mtime, so datasets' cache of
-    the tokenised corpus (keyed by the mapped function and its arguments) is not reused once the file changed."""
+    (`sentemb.data.negation.soft_negatives`), and under `convention=reference` the released training's sentences
+    (`anchors`) and lookup (`lookup_quirk`, unless set). `stamp`: the negation file's size and mtime, so datasets'
+    cache of the tokenised corpus (keyed by the mapped function and its arguments) is not reused once the file
+    changed."""
 
     source: str
     path: str | None = None
     lookup_quirk: bool = False
     spacy_model: str = "en_core_web_sm"
     stamp: tuple[int, int] | None = None
+    convention: str = "paper"
 
     @classmethod
     def from_config(cls, node: Mapping[str, Any] | None) -> SoftNegatives | None:
@@ -56,13 +61,25 @@ class SoftNegatives:
         if path is not None and os.path.isfile(path):
             status = os.stat(path)
             stamp = (status.st_size, status.st_mtime_ns)
+        convention = node.get("convention") or "paper"
+        quirk = node.get("lookup_quirk")  # null: the convention's (the released lookup under reference)
         return cls(
             source=node.get("source"),
             path=path,
-            lookup_quirk=node.get("lookup_quirk", False),
+            lookup_quirk=convention == "reference" if quirk is None else bool(quirk),
             spacy_model=node.get("spacy_model") or "en_core_web_sm",
             stamp=stamp,
+            convention=convention,
         )
+
+    def anchors(self, sentences: list[str]) -> list[str]:
+        """The sentences the anchor view is made of: as given (`paper`), or as SNCSE's training reads them
+        (`reference`: `with_final_period`, for its anchor's and positive's prompts alike)."""
+        if self.convention != "reference":
+            return sentences
+        from sentemb.data.negation import with_final_period
+
+        return [with_final_period(sentence) for sentence in sentences]
 
     def negations(self, sentences: list[str]) -> list[str]:
         from sentemb.data.negation import soft_negatives  # the negation parser (spaCy) loads only when used
@@ -81,9 +98,11 @@ def encode_views(
     seed: int = 0,
     soft_negatives: SoftNegatives | None = None,
 ) -> dict[str, list[list[int]]]:
-    """Sentences → the columns of their views: the anchor's (truncated to `max_length`), the positive's when
-    `dup_rate` > 0 (sentence `indices[i]` repeats from `sentence_rng(seed, indices[i])`), the soft negative's."""
-    encoded = dict(tokenizer(sentences, truncation=True, max_length=max_length))
+    """Sentences → the columns of their views: the anchor's (truncated to `max_length`; under SNCSE's reference
+    convention the sentence as its training reads it, `SoftNegatives.anchors`), the positive's when `dup_rate` > 0
+    (sentence `indices[i]` repeats from `sentence_rng(seed, indices[i])`), the soft negative's."""
+    anchors = sentences if soft_negatives is None else soft_negatives.anchors(list(sentences))
+    encoded = dict(tokenizer(anchors, truncation=True, max_length=max_length))
     if dup_rate > 0:
         ids = [
             repeat_tokens(row, dup_rate, sentence_rng(seed, index))

@@ -30,7 +30,7 @@ from sentemb.training.callbacks import check_every_n_steps
 from sentemb.training.checkpoints import check_checkpoint_path
 from sentemb.training.dclr import DCLRNegatives  # noqa: F401  (registers negatives=dclr for check_negatives)
 from sentemb.training.grad_cache import check_grad_cache
-from sentemb.training.momentum import check_negatives
+from sentemb.training.momentum import check_negatives, check_resumed_negatives
 from sentemb.training.sharding import check_sharding, devices_asked
 from sentemb.training.soft_negatives import check_soft_negatives
 from sentemb.training.trainer import check_devices
@@ -51,6 +51,7 @@ def prepare_run(cfg: DictConfig) -> CorpusReport:
     # a long sentence past the position embeddings would stop training with an IndexError at some later step
     check_length_fits(resolved_container(cfg.model), cfg.data.get("max_length"))
     check_checkpoint_path(cfg.get("ckpt_path"), cfg)  # whole, a sentemb checkpoint, of this model
+    check_resumed_negatives(cfg.get("ckpt_path"), cfg)  # of this negatives part, its state (ESimCSE's queue) sound
     cfg.paths.data_dir = str(resolve_data_root(cfg.paths.data_dir))
     report = check_corpus(Path(cfg.data.corpus).expanduser(), streaming=bool(cfg.data.get("streaming")))
     check_corpus_fills_batch(report, cfg.data.get("batch_size"), processes(cfg.trainer))
@@ -107,9 +108,12 @@ def check_parts(cfg: DictConfig) -> None:
     check_streaming(cfg.data, cfg.trainer)
     check_sharding(cfg)  # trainer=fsdp: several processes, a precision FSDP2 takes
     # negatives=momentum, negatives=dclr: the part's own checks (a loss with negatives, no FSDP, ...)
-    parts = {key: resolved_container(cfg.get(key)) for key in ("negatives", "loss", "adapter")}
-    # the trainer's strategy only: its other fields interpolate Hydra's run folder, unset in a sweep's check
-    check_negatives({**parts, "trainer": {"strategy": resolved_container(cfg.trainer.get("strategy"))}})
-    check_soft_negatives(resolved_container(cfg.get("soft_negatives")))  # its options, and its source readable
+    parts = {key: resolved_container(cfg.get(key)) for key in ("negatives", "loss", "adapter", "model")}
+    # the trainer's strategy and devices only: its other fields interpolate Hydra's run folder, unset in a sweep's
+    # check; the batch size (DCLR's noise rows are a multiple of it)
+    trainer = {key: resolved_container(cfg.trainer.get(key)) for key in ("strategy", "devices")}
+    check_negatives({**parts, "trainer": trainer, "data": {"batch_size": cfg.data.get("batch_size")}})
+    # its options, its source readable, and under its reference convention the pooling's templates
+    check_soft_negatives(resolved_container(cfg.get("soft_negatives")), resolved_container(cfg.get("pooling")))
     if cfg.get("optimized_metric"):  # a typo would otherwise surface only when the job ends
         check_metric_name(cfg.optimized_metric)

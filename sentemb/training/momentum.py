@@ -9,18 +9,23 @@ The queue's rows are extra negatives of the configured loss (any loss with a neg
 the online forward of the views; the EMA update (θ as it stands before this step's optimiser update);
 the loss against the queue as it stood before the step; ξ encodes the batch's anchors; the queue
 takes them, keeping its newest K; then backward. So the queue never holds the current batch: a
-sentence's own positive is never its negative. Entries whose sentence is in the current batch (the
-same token ids: a second epoch, a duplicated line) are left out of that step's negatives too.
+sentence's own positive is never its negative.
 
-`convention`: `paper` (default) starts ξ as a copy of the encoder (the method's evident intent) and
-keeps the queue across epochs; `reference` does what caskcsg/sentemb's ESimCSE does: ξ built before
-the pretrained weights load and re-initialised (random, normal std = the model's initializer_range,
-the released log's "newly initialized momentum_model"), and the queue emptied at each epoch start.
+`convention`: `paper` (default) starts ξ as a copy of the encoder (the method's evident intent), keeps
+the queue across epochs, and (sentemb's own choice, not the released code's) leaves out of a step's
+negatives the queued entries whose sentence is in the current batch (the same token ids: a second
+epoch, a duplicated line). `reference` does what caskcsg/sentemb's ESimCSE does (ESimCSE/esimcse/
+trainers.py `compute_loss`, models.py `cl_forward`): ξ built before the pretrained weights load and
+re-initialised (random, normal std = the model's initializer_range, the released log's "newly
+initialized momentum_model"), the queue emptied at each epoch start, every queued row a negative,
+and the first batch after an empty queue kept whole (`pre_z1 = eval_z`: only later batches cut the
+queue to its newest K).
 
 State: ξ is a submodule (its weights travel in the state dict; under an adapter only ξ's copies of
 the trained weights, `saved_with_adapter`), the queue and its sentences' keys travel as this
-module's extra state. Under DDP every rank enqueues the gathered keys of all ranks (in rank order,
-as the gathered negatives), so all ranks hold the same queue.
+module's extra state, checked field by field when a resumed checkpoint is read (`check_resumed_negatives`,
+before any model loads) and again when it is loaded (`set_extra_state`). Under DDP every rank enqueues the
+gathered keys of all ranks (in rank order, as the gathered negatives), so all ranks hold the same queue.
 
 Every `negatives=` part (registry kind "negatives": this queue, DCLR's sentemb/training/dclr.py) answers the
 same small protocol, `NegativesPart`, which SentembModule calls in a step's order; what one step's loss gets
@@ -41,11 +46,13 @@ from torch import nn
 
 from sentemb.common.batch_views import anchor_batch
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.hydra_plumbing import part_name, resolved_container
 from sentemb.common.parts import part
+from sentemb.encoders.checkpoint import read_checkpoint
 from sentemb.encoders.part_configs import build_part
 from sentemb.losses.registry import negatives_refusal
 from sentemb.training.distributed import world_size
-from sentemb.training.sharding import is_sharded
+from sentemb.training.sharding import devices_asked, is_sharded
 
 if TYPE_CHECKING:
     from sentemb.encoders.encoder import SentenceEncoder
@@ -54,6 +61,16 @@ if TYPE_CHECKING:
 CONVENTIONS = ("paper", "reference")
 # the losses with a negatives' denominator, named in the fixes of both parts' refusals
 NEGATIVES_LOSSES = "infonce, focal, arccon, mpt, met, mat, paradigm"
+# K's bound: every step scores N × K logits and the queue holds K × D floats on the device; 2^16 is MoCo's largest
+# queue (ESimCSE's is 160), far above any corpus-sized use and far below a queue that would exhaust a device
+MAX_QUEUE_SIZE = 65_536
+# the queue's extra state, as get_extra_state writes it (`emptied_at_epoch` missing in older checkpoints)
+QUEUE_STATE_KEYS = ("queue", "queue_ids", "emptied_at_epoch")
+NEGATIVES_PREFIX = "negatives."  # the negatives part's keys in SentembModule's state dict
+RESUME_FIX = (
+    "Fix: resume from the run's own checkpoint as sentemb wrote it (its checkpoints/last.ckpt, or an earlier "
+    "best-step<N>.ckpt), or start a new run"
+)
 
 
 @dataclass(frozen=True)
@@ -184,9 +201,10 @@ class MomentumQueue(nn.Module):
         super().__init__()
         if not (isinstance(momentum, int | float) and 0 <= momentum < 1):
             raise SentembConfigError(f"negatives.momentum={momentum} must be in [0, 1). Fix: negatives.momentum=0.995")
-        if not (isinstance(queue_size, int) and not isinstance(queue_size, bool) and queue_size >= 1):
+        if not (isinstance(queue_size, int) and not isinstance(queue_size, bool) and 1 <= queue_size <= MAX_QUEUE_SIZE):
             raise SentembConfigError(
-                f"negatives.queue_size={queue_size} must be an integer >= 1 (ESimCSE: 2.5 × the batch, 160 for 64). "
+                f"negatives.queue_size={queue_size} must be a whole number from 1 to {MAX_QUEUE_SIZE} (every step "
+                "scores each sentence against every queued row; ESimCSE: 2.5 × the batch, 160 for 64). "
                 "Fix: e.g. negatives.queue_size=160"
             )
         if convention not in CONVENTIONS:
@@ -235,19 +253,26 @@ class MomentumQueue(nn.Module):
         ema_update([xi[name] for name in self.tracked], [theta[name].detach() for name in self.tracked], self.momentum)
 
     def negatives(self, batch_ids: torch.Tensor) -> torch.Tensor | None:
-        """The queue's embeddings as they stand, without the entries of sentences in this (global) batch."""
+        """The queue's embeddings as they stand: under `reference` every row (the released loss concatenates the
+        whole `pre_z1`, models.py `cl_forward`); under `paper` without the entries of sentences in this (global)
+        batch (sentemb's choice: a sentence is never its own negative, even from an earlier step)."""
         if self.queue is None or len(self.queue) == 0:
             return None
+        if self.convention == "reference":
+            return self.queue
         keep = ~torch.isin(self.queue_ids, batch_ids.to(self.queue_ids.device))
         return self.queue if bool(keep.all()) else self.queue[keep]
 
     @torch.no_grad()
     def enqueue(self, keys: torch.Tensor, ids: torch.Tensor) -> None:
         """Q ← cat(Q, keys)[−K:] (new tensors: the step's loss may still hold the old queue); `keys` this rank's,
-        gathered here; `ids` the global batch's sentence keys, already gathered (`global_sentence_ids`)."""
+        gathered here; `ids` the global batch's sentence keys, already gathered (`global_sentence_ids`). An empty
+        queue takes the newest K of the batch (`paper`), or the whole batch (`reference`: the released trainer's
+        `pre_z1 = eval_z.clone()` when `pre_z1` is None, trainers.py `compute_loss`)."""
         keys = gathered(keys.detach().float())
         if self.queue is None:
-            self.queue, self.queue_ids = keys[-self.queue_size :], ids[-self.queue_size :]
+            first = 0 if self.convention == "reference" else max(len(keys) - self.queue_size, 0)
+            self.queue, self.queue_ids = keys[first:], ids[first:]
             return
         self.queue = torch.cat([self.queue.to(keys.device), keys])[-self.queue_size :]
         self.queue_ids = torch.cat([self.queue_ids.to(ids.device), ids])[-self.queue_size :]
@@ -271,7 +296,17 @@ class MomentumQueue(nn.Module):
         anchors = anchor_batch(batch)
         sentences = gathered(sentence_keys(anchors["input_ids"], anchors["attention_mask"]))
         self.update(encoder.backbone)
+        self.check_width(z1.shape[-1])
         return StepNegatives(negatives=self.negatives(sentences), sentences=sentences)
+
+    def check_width(self, width: int) -> None:
+        """The queue's rows are as wide as this run's embeddings: only a restored queue can differ (its width is
+        known only once the encoder embeds), refused before the loss would raise a bare shape error."""
+        if self.queue is not None and self.queue.shape[-1] != width:
+            raise SentembConfigError(
+                f"negatives._extra_state: the resumed checkpoint's momentum queue holds rows of width "
+                f"{self.queue.shape[-1]}, this run's embeddings have {width}. {RESUME_FIX}"
+            )
 
     def global_loss(self, loss: nn.Module, z1: torch.Tensor, z2: torch.Tensor, step: StepNegatives) -> LossOutput:
         return apply_negatives(loss, z1, z2, step)
@@ -308,13 +343,37 @@ class MomentumQueue(nn.Module):
         return {"queue": self.queue.detach().cpu(), "queue_ids": self.queue_ids.cpu(), "emptied_at_epoch": epoch}
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
+        """The state `get_extra_state` wrote, checked first (`queue_state_problem`): a checkpoint not read through
+        `check_resumed_negatives` (SentembModule.load_from_checkpoint) is refused here, naming the key."""
+        problem = queue_state_problem(state, self.queue_size if self.convention == "paper" else None)
+        if problem:
+            raise SentembConfigError(f"negatives._extra_state: {problem}. {RESUME_FIX}")
         queue = state["queue"]
         self.emptied_at_epoch = int(state.get("emptied_at_epoch", -1))
         if queue.numel() == 0:
             self.queue = self.queue_ids = None
             return
         device = next(self.parameters(), queue).device
-        self.queue, self.queue_ids = queue.to(device), state["queue_ids"].to(device)
+        self.queue, self.queue_ids = queue.float().to(device), state["queue_ids"].to(device)
+
+    def check_resumed_state(self, entries: Mapping[str, Any], named: str, cfg: Mapping[str, Any]) -> None:
+        """A resumed checkpoint's `negatives.*` entries (`entries`), before any model loads: ξ's weights are there
+        and the queue's state is one this run can take (`queue_state_problem`: at most K rows, or under `reference`
+        the whole first batch of an epoch, `resumed_rows_allowed`)."""
+        if not any(key.startswith(f"{NEGATIVES_PREFIX}backbone.") for key in entries):
+            raise SentembConfigError(
+                f"{named} holds no momentum encoder (no {NEGATIVES_PREFIX}backbone.* weights), though it was trained "
+                f"with negatives=momentum. {RESUME_FIX}"
+            )
+        state = entries.get(f"{NEGATIVES_PREFIX}_extra_state")
+        if state is None:
+            raise SentembConfigError(
+                f"{named} holds no momentum queue ({NEGATIVES_PREFIX}_extra_state), though it was trained with "
+                f"negatives=momentum. {RESUME_FIX}"
+            )
+        problem = queue_state_problem(state, resumed_rows_allowed(self, cfg))
+        if problem:
+            raise SentembConfigError(f"{named}: {NEGATIVES_PREFIX}_extra_state: {problem}. {RESUME_FIX}")
 
     def check_config(self, cfg: Mapping[str, Any]) -> None:
         """What negatives=momentum cannot go with, before any model loads: a loss without a negatives' denominator
@@ -330,6 +389,89 @@ class MomentumQueue(nn.Module):
                 "by the pretrained one as it is there. Fix: negatives.convention=paper, or no adapter"
             )
         refuse_sharded(cfg, "negatives=momentum", "the momentum encoder is a whole copy of the model, not sharded")
+
+
+def queue_state_problem(state: Any, rows_allowed: int | None) -> str | None:
+    """Why `state` is not a momentum queue's extra state (a float (rows, width) queue of finite values, an int64
+    sentence key per row, the epoch that last emptied it; an empty queue as `get_extra_state` writes it), or has
+    more rows than `rows_allowed` (None: unbounded here); None when it is one. Shapes are read before values, so a
+    huge queue left on disk (a checkpoint read with mmap) is refused without being read."""
+    if not (isinstance(state, Mapping) and {"queue", "queue_ids"} <= set(state) <= set(QUEUE_STATE_KEYS)):
+        found = sorted(map(str, state)) if isinstance(state, Mapping) else type(state).__name__
+        return f"is not a momentum queue's state (a dict of {', '.join(QUEUE_STATE_KEYS)}), but {found}"
+    queue, ids, epoch = state["queue"], state["queue_ids"], state.get("emptied_at_epoch", -1)
+    if not (isinstance(queue, torch.Tensor) and queue.is_floating_point()):
+        return f"queue is {described(queue)}, not a float tensor"
+    if not (isinstance(ids, torch.Tensor) and ids.dtype == torch.long):
+        return f"queue_ids is {described(ids)}, not an int64 tensor (one sentence key per queued row)"
+    if not (isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= -1):
+        return f"emptied_at_epoch is {epoch!r}, not an epoch (a whole number >= -1)"
+    if queue.numel() == 0 and ids.numel() == 0:  # an empty queue (get_extra_state's zeros(0))
+        return None
+    if queue.dim() != 2 or queue.shape[1] < 1:
+        return f"queue has shape {tuple(queue.shape)}, not (rows, width)"
+    if ids.dim() != 1 or ids.shape[0] != queue.shape[0]:
+        return f"queue_ids has shape {tuple(ids.shape)}, not ({queue.shape[0]},): one sentence key per queued row"
+    if rows_allowed is not None and queue.shape[0] > rows_allowed:
+        return f"queue holds {queue.shape[0]} rows, more than this run's queue can ({rows_allowed})"
+    if not bool(torch.isfinite(queue).all()):
+        return "queue holds non-finite values (NaN or inf)"
+    return None
+
+
+def described(value: Any) -> str:
+    """A value's type, and a tensor's dtype and shape, for a refusal."""
+    if isinstance(value, torch.Tensor):
+        return f"a {str(value.dtype).removeprefix('torch.')} tensor of shape {tuple(value.shape)}"
+    return f"a {type(value).__name__}"
+
+
+def resumed_rows_allowed(queue: MomentumQueue, cfg: Mapping[str, Any]) -> int:
+    """The most rows a resumed run's queue can hold: K; under `reference` the whole global batch when it is larger
+    (the first batch after an empty queue is kept whole), the batch per process times the processes asked (where
+    Lightning picks them, trainer.devices=auto or -1: every visible GPU, at least one)."""
+    if queue.convention == "paper":
+        return queue.queue_size
+    data, trainer = cfg.get("data") or {}, cfg.get("trainer") or {}
+    batch = data.get("batch_size")
+    if not (isinstance(batch, int) and not isinstance(batch, bool) and batch > 0):
+        return queue.queue_size
+    devices = devices_asked(trainer.get("devices")) or max(torch.cuda.device_count(), 1)
+    return max(queue.queue_size, batch * devices * int(trainer.get("num_nodes") or 1))
+
+
+def check_resumed_negatives(ckpt_path: str | None, cfg: Mapping[str, Any]) -> None:
+    """The checkpoint a run resumes from (ckpt_path, the run folder's last.ckpt in a resume in place), before any
+    model loads: it was trained with the negatives part this run asks for (a resume continues a run, with the state
+    its part saved: a SimCSE checkpoint has no momentum encoder nor queue to go on with), and that part's state in it
+    is one the part can take (the part's `check_resumed_state`; a part without one keeps no state, so none may be
+    there). Read with its tensors left on disk (`read_checkpoint`, which has checked the file itself)."""
+    if not ckpt_path:
+        return
+    named = f"ckpt_path={ckpt_path}"
+    checkpoint = read_checkpoint(ckpt_path, mmap=True)
+    asked = resolved_container(cfg.get("negatives")) or None
+    saved_name = part_name((checkpoint.get("hyper_parameters") or {}).get("negatives"))
+    asked_name = part_name(asked)
+    if saved_name != asked_name:
+        raise SentembConfigError(
+            f"{named} was trained with negatives={saved_name or 'null (none)'}, this run asks for "
+            f"negatives={asked_name or 'null (none)'}: a resume goes on with the state the run's own part saved "
+            "(ESimCSE's momentum encoder and queue), which the other part has not. Fix: resume with the run's own "
+            "negatives= (its .hydra/overrides.yaml), or start a new run"
+        )
+    if asked is None:
+        return
+    entries = {key: value for key, value in checkpoint["state_dict"].items() if key.startswith(NEGATIVES_PREFIX)}
+    part_built = build_part("negatives", asked)  # its constructor only: nothing is copied or loaded before `track`
+    check = getattr(part_built, "check_resumed_state", None)
+    if check is not None:
+        check(entries, named, cfg)
+    elif entries:
+        raise SentembConfigError(
+            f"{named} holds state under {NEGATIVES_PREFIX}* ({', '.join(sorted(entries)[:3])}), which "
+            f"negatives={asked_name} never saves. {RESUME_FIX}"
+        )
 
 
 def check_negatives(cfg: Mapping[str, Any]) -> None:

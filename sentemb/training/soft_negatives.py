@@ -11,6 +11,12 @@ out). Defaults α 0.1, β 0.3; λ 1e-3 for BERT and 5e-4 for RoBERTa (SNCSE's tr
 The negations come from `source` (sentemb.data.negation): `rule`, a parser-free approximation of
 SNCSE's rule; `spacy`, the rule over spaCy's dependency parse; `file`, JSON lines [sentence, negation]
 as SNCSE releases them (`python -m sentemb.negate` writes one).
+
+`convention`: `paper` (default) trains on each sentence as given, with its own negation; `reference` builds
+the released training's rows (Sense-GVT/SNCSE train_SNCSE.py, prepare_features): " ." appended to a sentence
+without final punctuation before its anchor and positive prompts, the released lookup of its negation
+(`lookup_quirk`), and the template pieces as that code tokenises them (`SNCSE_REFERENCE_TEMPLATES`, which
+`check_soft_negatives` requires of the pooling).
 """
 
 from __future__ import annotations
@@ -25,8 +31,11 @@ from torch import nn
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.parts import part
+from sentemb.encoders.poolings.templates import SNCSE_REFERENCE_TEMPLATES
 
 SOURCES = ("rule", "spacy", "file")
+CONVENTIONS = ("paper", "reference")
+TEMPLATE_KEYS = ("template", "positive_template")  # the prompt pooling's anchor and later views' templates
 
 
 def bidirectional_margin(
@@ -43,8 +52,9 @@ def bidirectional_margin(
 
 @part("soft_negatives", "sncse")
 class SoftNegativeMargin(nn.Module):
-    """λ·L_BML as a training term; the data options (`source`, `path`, `lookup_quirk`, `spacy_model`) are read by
-    sentemb.data, and kept here so one config node says the whole method."""
+    """λ·L_BML as a training term; the data options (`source`, `path`, `lookup_quirk`, `spacy_model`, `convention`)
+    are read by sentemb.data, and kept here so one config node says the whole method. `lookup_quirk` null: the
+    convention's (the released lookup under `reference`, the paper's under `paper`)."""
 
     def __init__(
         self,
@@ -53,8 +63,9 @@ class SoftNegativeMargin(nn.Module):
         weight: float = 1e-3,
         source: str = "rule",
         path: str | None = None,
-        lookup_quirk: bool = False,
+        lookup_quirk: bool | None = None,
         spacy_model: str = "en_core_web_sm",
+        convention: str = "paper",
     ) -> None:
         super().__init__()
         for key, value in (("alpha", alpha), ("beta", beta), ("weight", weight)):
@@ -76,21 +87,59 @@ class SoftNegativeMargin(nn.Module):
                 f"soft_negatives.source={source!r} is not one of {', '.join(SOURCES)}. Fix: soft_negatives.source=rule "
                 "(offline), spacy (the parse-based rule), or file with soft_negatives.path"
             )
+        if convention not in CONVENTIONS:
+            raise SentembConfigError(
+                f"soft_negatives.convention={convention!r} is not one of {', '.join(CONVENTIONS)}. Fix: "
+                "soft_negatives.convention=paper (or reference: the released training's rows)"
+            )
+        if lookup_quirk is not None and not isinstance(lookup_quirk, bool):
+            raise SentembConfigError(
+                f"soft_negatives.lookup_quirk={lookup_quirk!r} must be true, false or null (the convention's)"
+            )
+        if convention == "reference" and lookup_quirk is False:
+            raise SentembConfigError(
+                "soft_negatives.lookup_quirk=false with soft_negatives.convention=reference: the released training "
+                "always looks negations up its own way. Fix: soft_negatives.lookup_quirk=null, or "
+                "soft_negatives.convention=paper"
+            )
         self.alpha, self.beta, self.weight = float(alpha), float(beta), float(weight)
+        self.convention = convention
 
     def term(self, anchor: torch.Tensor, positive: torch.Tensor, negation: torch.Tensor) -> tuple[float, torch.Tensor]:
         """(λ, L_BML): an auxiliary (weight, loss) term of the training step."""
         return self.weight, bidirectional_margin(anchor, positive, negation, self.alpha, self.beta)
 
 
-def check_soft_negatives(node: Mapping[str, Any] | None) -> None:
-    """The soft-negative options and their source (the file read, spaCy importable), before any model loads."""
+def check_soft_negatives(node: Mapping[str, Any] | None, pooling: Mapping[str, Any] | None = None) -> None:
+    """The soft-negative options and their source (the file read, spaCy importable), and under `reference` the
+    pooling's templates (`check_reference_pooling`), before any model loads."""
     if not node:
         return
     from sentemb.data.negation import check_soft_negative_source  # the data layer checks its own source
 
     options = {key: value for key, value in node.items() if key != "name"}
-    SoftNegativeMargin(**options)
+    margin = SoftNegativeMargin(**options)
+    if margin.convention == "reference":
+        check_reference_pooling(pooling or {})
     check_soft_negative_source(
         options.get("source", "rule"), options.get("path"), options.get("spacy_model", "en_core_web_sm")
     )
+
+
+def check_reference_pooling(pooling: Mapping[str, Any]) -> None:
+    """soft_negatives.convention=reference embeds the [MASK] state of SNCSE's two prompts, their pieces spaced as its
+    training tokenises them (`SNCSE_REFERENCE_TEMPLATES`: the spaces change RoBERTa's tokens, not BERT's)."""
+    anchor, positive = SNCSE_REFERENCE_TEMPLATES
+    given = (pooling.get("name"), *(pooling.get(key) for key in TEMPLATE_KEYS))
+    if given != ("prompt", anchor, positive):
+        # as a shell takes them: each override in double quotes, the template's own quotes escaped
+        quoted = " ".join(
+            f"\"pooling.{key}='{text}'\"".replace(' " ', ' \\" ')
+            for key, text in zip(TEMPLATE_KEYS, (anchor, positive), strict=True)
+        )
+        raise SentembConfigError(
+            f"soft_negatives.convention=reference with pooling={given[0]}, pooling.template={given[1]!r}, "
+            f"pooling.positive_template={given[2]!r}: the released training embeds the [MASK] state of its prompts, "
+            f"tokenised in pieces with a space inside each quote. Fix: pooling=prompt {quoted}, or "
+            "soft_negatives.convention=paper"
+        )

@@ -6,6 +6,11 @@ truncated to what fits and wrapped: [CLS] prefix sentence suffix [SEP]. [MASK] b
 tokenizer's mask token (`[MASK]` for BERT, `<mask>` for RoBERTa) and its position is known
 exactly. Tokenising the pieces apart gives the same ids as tokenising the filled template for
 WordPiece, and for byte-level BPE too because the sentence follows a quote (no leading space).
+
+The pieces are tokenised as the template writes them, spaces included: SNCSE's training tokenises
+`This sentence : " ` (a trailing space) and ` " means <mask> .` (a leading one), which WordPiece
+ignores but RoBERTa's byte-level BPE keeps (a lone-space token after the quote, a space-prefixed
+closing quote); `SNCSE_REFERENCE_TEMPLATES` write exactly those pieces.
 """
 
 from __future__ import annotations
@@ -17,19 +22,27 @@ from torch.nn.utils.rnn import pad_sequence
 from transformers import PreTrainedTokenizerBase
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.file_values import not_text
 
 PROMPTBERT_TEMPLATE = 'This sentence : "[X]" means [MASK] .'
 # SNCSE's training template of the positive and the soft negative (its anchor's is PROMPTBERT_TEMPLATE)
 SNCSE_POSITIVE_TEMPLATE = 'This sentence of "[X]" means [MASK] .'
+# SNCSE's released pieces (Sense-GVT/SNCSE train_SNCSE.py, prepare_features: s1 = 'This sentence : " ', ss1 = 'This
+# sentence of " ', s2 = ' " means [MASK] .'), (anchor, positive and negation): soft_negatives.convention=reference
+SNCSE_REFERENCE_TEMPLATES = ('This sentence : " [X] " means [MASK] .', 'This sentence of " [X] " means [MASK] .')
 
 
 def check_template(template: str, key: str = "pooling.template") -> str:
-    """The template if it holds [X] and [MASK] exactly once each, else a config error naming `key`."""
+    """The template if it holds [X] and [MASK] exactly once each and is text (no lone surrogate), else a config error
+    naming `key`."""
     if not isinstance(template, str) or template.count("[X]") != 1 or template.count("[MASK]") != 1:
         raise SentembConfigError(
             f"{key}={template!r} must contain [X] (the sentence) and [MASK] exactly once each. "
             f"Fix: e.g. {key}='{PROMPTBERT_TEMPLATE}'"
         )
+    why = not_text(template)
+    if why:
+        raise SentembConfigError(f"{key} {why}. Fix: e.g. {key}='{PROMPTBERT_TEMPLATE}'")
     return template
 
 
