@@ -4,8 +4,9 @@ Each of B, C, ... is compared with A, per STS task (STS12–16 'all', STS-B and 
 the paired bootstrap of the Spearman difference over the same test pairs; several runs each (a sweep
 configuration), by the paired t-test over the seeds both ran; Holm-corrected over the tasks of each comparison.
 What A, B, ... may be: sentemb.runs.contenders. Prints the table and writes `compare.md` and `compare.json` into a
-new folder (`--out`, default outputs/compare/<time>); a model's cosines kept by its run or evaluation are reused,
-the others encoded. Procedures: docs/evaluation.md#comparing-two-models.
+new folder (`--out`, default outputs/compare/<time>), both or neither (a staging folder renamed into place; an
+`--out` inside a folder another live command holds is refused); a model's cosines kept by its run or evaluation are
+reused, the others encoded. Procedures: docs/evaluation.md#comparing-two-models.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -22,12 +24,15 @@ import numpy as np
 import torch
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.folder_lock import enclosing_locks
 from sentemb.common.paths import resolve_data_root
 from sentemb.common.process import configure_process
+from sentemb.common.published_files import exit_on_sigterm, publish_folder, publish_text, staging_folder
 from sentemb.eval.bootstrap import LEVEL, RESAMPLES, SEED, Resampling
 from sentemb.eval.cache import EmbeddingCache
 from sentemb.eval.comparison import compare_models, compare_seeds
 from sentemb.eval.report import TABLE_NAMES, with_interval
+from sentemb.eval.scorable import check_similarities
 from sentemb.eval.similarities import read_similarities
 from sentemb.eval.sts import STS_TASKS, SentencePairs, load_sts_task, sts_similarities
 from sentemb.runs.contenders import Contender, contender, task_names
@@ -53,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", default=None, help="the data root (default: $SENTEMB_DATA, then ./data)")
     args = parser.parse_args(argv)
     try:
-        result = compare(args)
+        with exit_on_sigterm():  # a SIGTERM removes the comparison's staging folder as any failure does
+            result = compare(args)
     except SentembConfigError as err:
         print(f"sentemb: {err}", file=sys.stderr)
         return 1
@@ -93,7 +99,32 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
             "compare: the contenders' jobs share no STS test score. Fix: train them with the same eval.test_tasks"
         )
     folder = out_folder(args.out)  # refused now if it exists; made only when the comparison is written
+    locks = enclosing_locks(folder, f"compare: --out {folder}", OUT_IN_USE_FIX)  # held until it is written
+    try:
+        result = comparison(args, contenders, tasks, kinds, resampling)
+        markdown = comparison_markdown(result)
+        write_comparison(folder, result, markdown)
+    finally:
+        for lock in locks:
+            lock.release()
+    return {**result, "markdown": markdown, "folder": folder}
+
+
+OUT_IN_USE_FIX = "wait for it to finish, or name an --out folder outside it"
+
+
+def comparison(
+    args: argparse.Namespace, contenders: list[Contender], tasks: list[str], kinds: set[str], resampling: Resampling
+) -> dict[str, Any]:
+    """The comparisons of B, C, ... with A (seeds: from their records; models: from their cosines)."""
+    from sentemb.st_modules import check_whole_export  # imports sentence-transformers: only where a folder is one
+
+    for c in contenders:
+        if c.model is not None and c.model[0] in ("exported", "onnx"):  # a part-way export: refused before any work
+            check_whole_export(c.model[1])
     if kinds == {"seeds"}:
+        for c in contenders:
+            c.check_scores(tasks)
         lacking = [f"{c.label} ({', '.join(t for t in tasks if t not in (c.seeds or {}))})" for c in contenders
                    if any(t not in (c.seeds or {}) for t in tasks)]  # fmt: skip
         if lacking:
@@ -108,7 +139,14 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
     else:
         senteval = resolve_data_root(args.data_dir) / "senteval" / "downstream"
         data = {task: load_sts_task(senteval, task, ("test",)) for task in tasks}
+        largest = max(sum(len(p.gold) for p in subsets.values()) for subsets in data.values())
+        resampling.check_fits(largest, "--resamples")  # before the bootstrap allocates its resamples
         stored = [stored_similarities(c, data) for c in contenders]  # every contender's files, before any encoding
+        for c, found in zip(contenders, stored, strict=True):  # then each model to encode passes its loader's checks
+            if c.model is not None and any(task not in found for task in data):
+                from sentemb.st_modules import check_before_loading
+
+                check_before_loading(*c.model)
         similarities = [model_similarities(c, data, found, args) for c, found in zip(contenders, stored, strict=True)]
         comparisons = [
             {"a": contenders[0].label, "b": other.label,
@@ -116,15 +154,20 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
             for i, other in enumerate(contenders[1:], start=1)
         ]  # fmt: skip
         procedure = {"test": "paired bootstrap over the test pairs", "correction": "Holm", **resampling.as_dict()}
-    result = {"contenders": [summary(c) for c in contenders], "procedure": procedure, "comparisons": comparisons}
-    markdown = comparison_markdown(result)
-    try:
-        folder.mkdir(parents=True, exist_ok=False)
-    except FileExistsError:  # made by another command while this one encoded: never written into
-        raise SentembConfigError(f"compare: --out {folder} appeared while comparing. {OUT_FIX}") from None
-    (folder / "compare.json").write_text(json.dumps(finite(result), indent=2) + "\n")
-    (folder / "compare.md").write_text(markdown + "\n")
-    return {**result, "markdown": markdown, "folder": folder}
+    return {"contenders": [summary(c) for c in contenders], "procedure": procedure, "comparisons": comparisons}
+
+
+def write_comparison(folder: Path, result: dict[str, Any], markdown: str) -> None:
+    """compare.json and compare.md, built in a staging folder beside `folder` and renamed to it: both or neither
+    (a comparison stopped part-way leaves no folder, so the same command runs again), and never into a folder
+    another command made meanwhile."""
+    with staging_folder(folder) as staging:
+        publish_text(staging / "compare.json", json.dumps(finite(result), indent=2) + "\n")
+        publish_text(staging / "compare.md", markdown + "\n")
+        try:
+            publish_folder(staging, folder)
+        except FileExistsError:  # made by another command while this one compared: never written into
+            raise SentembConfigError(f"compare: --out {folder} appeared while comparing. {OUT_FIX}") from None
 
 
 OUT_FIX = "Fix: name a new --out folder (a comparison writes into a new folder and replaces nothing)"
@@ -134,7 +177,7 @@ def out_folder(out: Path | None) -> Path:
     """The comparison's own folder (`--out`, or outputs/compare/<time>); one that exists already is refused."""
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S_") + f"{time.time_ns() // 1000 % 10**6:06d}"  # as run folders are named
     folder = Path(out) if out else Path("outputs") / "compare" / stamp
-    if folder.exists():
+    if os.path.lexists(folder):  # a link there too, dangling or not: a comparison replaces nothing
         raise SentembConfigError(f"compare: --out {folder} exists. {OUT_FIX}")
     return folder
 
@@ -186,7 +229,10 @@ def model_similarities(
         print(f"compare: encoding {', '.join(missing)} with {c.label}", file=sys.stderr)
         cache = EmbeddingCache(encoder, batch_size=args.batch_size, show_progress=False)
         cache.prefetch(s for subsets in missing.values() for p in subsets.values() for s in p.first + p.second)
-        found |= {task: sts_similarities(subsets, cache) for task, subsets in missing.items()}
+        for task, subsets in missing.items():
+            found[task] = sts_similarities(subsets, cache)
+            for subset, cosines in found[task].items():  # a collapsed model: refused, never a NaN row
+                check_similarities(cosines, f"compare: {c.label}, encoded now: {task} {subset}")
     return found
 
 

@@ -19,19 +19,18 @@ folder with sentence-transformers' own Dense module computing (x − μ)W (and f
 its fit recorded in `sentemb_whitening.json` and the card (docs/export.md#whitening).
 The folder's README.md is a model card: a name unique to the training run, the training config,
 the STS table (from `results.json` beside the checkpoint, or `evaluate=true`) and the commands.
+The folder is built in a staging folder beside `out=` and renamed into place whole, its card written last
+(docs/export.md): an export stopped part-way, even by SIGKILL, leaves `out=` as it was.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 import shlex
-import shutil
 import sys
 import tempfile
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -46,11 +45,12 @@ from safetensors.torch import load_file, save_file
 from sentemb.common.command_line import checked_command_line
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.file_values import Shape, read_json, read_yaml
-from sentemb.common.folder_lock import LOCK_NAME, FolderLock, take_folder_lock
+from sentemb.common.folder_lock import LOCK_NAME, FolderLock, enclosing_locks, take_folder_lock
 from sentemb.common.hydra_plumbing import resolved_container
 from sentemb.common.parts import NATIVE, TRAINS_ONLY, declared_part
 from sentemb.common.paths import CONF_DIR, resolve_data_root
 from sentemb.common.process import configure_process
+from sentemb.common.published_files import exit_on_sigterm, publish_folder, publish_text, staging_folder
 from sentemb.encoders.checkpoint import current_part, model_label
 from sentemb.encoders.encoder import SentenceEncoder
 from sentemb.encoders.models.adapters import is_adapted, merged
@@ -62,9 +62,18 @@ from sentemb.encoders.serving.onnx_graph import check_graph_parts, write_onnx_fo
 from sentemb.eval.deployed import ArtefactCheck, artefact_table
 from sentemb.eval.report import markdown_report
 from sentemb.eval.suite import RESULTS_SHAPE, evaluate, load_encoder, served_checkpoint
-from sentemb.eval.whitening import FLOOR, Whitening, corpus_sentences
 from sentemb.eval.whitening import TASK as WHITEN_TASK
-from sentemb.st_modules import WHITENING, FolderConfig, SentembEncoder, folder_model, save_sentemb_parts
+from sentemb.eval.whitening import (
+    WHITENING_FIX,
+    Whitening,
+    WhiteningCorpus,
+    check_dim_fits,
+    check_rank,
+    check_whitening_dim,
+    embedding_size,
+    whitening_corpus,
+)
+from sentemb.st_modules import EXPORT_CARD, WHITENING, FolderConfig, SentembEncoder, folder_model, save_sentemb_parts
 
 
 def sentence_transformer(
@@ -311,19 +320,31 @@ def export(cfg: DictConfig) -> Path:
     if not cfg.get("out"):
         raise SentembConfigError("out is not set. Fix: python -m sentemb.export checkpoint=<ckpt> out=<folder>")
     out = Path(cfg.out).expanduser()
+    if out.is_symlink():  # a link named as out=: the folder it names is out= (the export is renamed to that path)
+        if not out.exists():
+            raise SentembConfigError(f"out={out} is a link to nothing ({os.readlink(out)}). Fix: pass a new folder")
+        out = Path(os.path.realpath(out))
     if out.exists() and not out.is_dir():
         raise SentembConfigError(f"out={out} is a file, not a folder: nothing is overwritten. Fix: pass a new folder")
-    made = make_out_folder(out)  # the lock file lives in it
+    # out= inside a folder another live command holds (a training run's): refused like a second writer there, before
+    # anything is made in it; held until the export ends
+    enclosing = enclosing_locks(out, f"out={out}", "wait for it to finish, or pass an out= outside it")
+    made: Path | None = None
     lock: FolderLock | None = None
     try:  # one export per folder: a second one into the same out= is refused before its emptiness check
+        made = make_out_folder(out)  # the lock file lives in it
         lock = take_folder_lock(out, f"out={out}", "wait for that export to finish, or pass another out=")
-        name, written = locked_export(cfg, out, lock)
+        with exit_on_sigterm():  # a SIGTERM removes the staging folder as any failure does
+            name, written = locked_export(cfg, out, lock)
     except BaseException:  # a refused or failed export leaves no lock file and no folder of its own making
         if lock is not None:
             lock.release(remove=lock.claimed)
         remove_made_folders(out, made)
         raise
-    lock.release(remove=True)  # the exported folder holds its artefacts only
+    finally:
+        for held in enclosing:
+            held.release()
+    lock.release()  # its lock file went when the export was renamed into place: the folder holds its artefacts only
     print(f"{name}: {written} written to {out}")
     return out
 
@@ -350,8 +371,8 @@ def remove_made_folders(out: Path, top: Path | None) -> None:
 
 
 def locked_export(cfg: DictConfig, out: Path, lock: FolderLock) -> tuple[str, str]:
-    """The export once `out`'s lock is held: `out` checked empty, claimed, written; (the model's name, what was
-    written)."""
+    """The export once `out`'s lock is held: `out` checked empty, claimed; the export written into a staging folder
+    beside `out` and renamed into place whole (`publish_export`); (the model's name, what was written)."""
     if any(path.name != LOCK_NAME for path in out.iterdir()):
         raise SentembConfigError(f"out={out} is not empty: nothing is overwritten. Fix: pass a new folder")
     lock.claim()  # a second export into out= is refused naming this process
@@ -360,13 +381,31 @@ def locked_export(cfg: DictConfig, out: Path, lock: FolderLock) -> tuple[str, st
     if cfg.get("adapter_only"):
         check_adapter_only(cfg, checkpoint)
     artefact_check = check_format(cfg, checkpoint)  # format=onnx: its options, pooling and STS-B files
+    # built beside out= and renamed into place once whole: an export stopped part-way (an error, SIGTERM, SIGKILL)
+    # leaves out= as it was; its staging folder goes with it, or (SIGKILL) with the next export into out=
+    with staging_folder(out) as staging:
+        name, written = write_export(cfg, staging, checkpoint, artefact_check, corpus)
+        publish_export(staging, out, lock)
+    return name, written
+
+
+def publish_export(staging: Path, out: Path, lock: FolderLock) -> None:
+    """The whole export (`staging`) renamed to `out`, which holds only this process's lock file: the lock file goes
+    first (while still locked), then the rename replaces the empty folder in one step."""
+    lock.path.unlink()
     try:
-        return write_export(cfg, out, checkpoint, artefact_check, corpus)
-    except BaseException:  # out was new or empty: what a failed export wrote in it goes, so the command can rerun
-        for path in out.iterdir():
-            if path.name != LOCK_NAME:  # the lock file goes last, when the lock is let go
-                shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
-        raise
+        publish_folder(staging, out, replace_empty=True)
+    except OSError as err:
+        lock.release()  # its file is gone already: a lock file another command made since is never removed here
+        if isinstance(err, FileExistsError):
+            raise SentembConfigError(
+                f"out={out}: another command wrote into it while this export ran; it was left as it is and nothing "
+                "was exported. Fix: pass a new folder"
+            ) from None
+        raise SentembConfigError(
+            f"out={out}: the finished export could not be renamed into place ({err.strerror}); nothing was "
+            "exported. Fix: an out= folder that is not a mount point, on a file system that renames folders"
+        ) from None
 
 
 def write_export(
@@ -416,27 +455,10 @@ def write_export(
                 encoder, out, cfg.export.quantize, custom, artefact_check, short("pooling", source["pooling"]), linear
             )
             written += " with its ONNX graph"
-    (out / "README.md").write_text(model_card(name, source, results, commands, usage, library))
+    # the model card last: a folder holding it is a whole export (st_modules.check_whole_export)
+    publish_text(out / EXPORT_CARD, model_card(name, source, results, commands, usage, library))
     readable_by_all(out)
     return name, written
-
-
-@dataclass(frozen=True)
-class WhiteningCorpus:
-    """whitening=<file>: its sentences (non-blank lines), how many are distinct, the file's sha256 and whitening_dim,
-    read and checked before any model loads."""
-
-    path: Path
-    sentences: list[str]
-    distinct: int
-    sha256: str
-    dim: int | None
-
-
-WHITENING_FIX = (
-    "Fix: whitening=<a text file, one sentence per line> (e.g. the wiki sample, wiki/wiki1m_head.txt under the data "
-    "folder), or drop whitening="
-)
 
 
 def check_whitening(cfg: DictConfig) -> WhiteningCorpus | None:
@@ -445,12 +467,8 @@ def check_whitening(cfg: DictConfig) -> WhiteningCorpus | None:
     k + 1 distinct ones (n embeddings span n - 1 directions about their mean): with whitening_dim=k that is checked
     here, with all D directions once the encoder gives D (`fitted_whitening`)."""
     setting, dim = cfg.get("whitening"), cfg.get("whitening_dim")
+    check_whitening_dim(setting, dim)  # evaluate's check too (sentemb.eval.whitening)
     if not setting:
-        if dim is not None:
-            raise SentembConfigError(
-                f"whitening_dim={dim} without whitening=: there is no whitening to keep directions of. Fix: add "
-                "whitening=<a text file, one sentence per line>, or drop whitening_dim="
-            )
         return None
     if setting == WHITEN_TASK:
         raise SentembConfigError(
@@ -463,36 +481,10 @@ def check_whitening(cfg: DictConfig) -> WhiteningCorpus | None:
             "whitening= with adapter_only=true: peft's adapter folder has no sentence-transformers modules to end with "
             "the whitening. Fix: drop adapter_only=true (the merged model takes it), or drop whitening="
         )
-    if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int) or dim < 1):
-        raise SentembConfigError(
-            f"whitening_dim={dim!r}: the number of directions of largest variance to keep, an integer from 1 to the "
-            "embedding's size; null keeps all"
-        )
-    path = Path(str(setting)).expanduser()
-    if not path.is_file():
-        raise SentembConfigError(f"whitening={setting}: no such file. {WHITENING_FIX}")
-    sentences = corpus_sentences(path)  # non-blank lines, UTF-8 checked by line; fewer than 2 refused there
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    corpus = WhiteningCorpus(path, sentences, len(set(sentences)), digest.hexdigest(), dim)
+    corpus = whitening_corpus(setting, dim)  # read, counted, hashed; fewer than 2 distinct sentences refused there
     if dim is not None:
         check_rank(corpus, dim, f"whitening_dim={dim}")
     return corpus
-
-
-def check_rank(corpus: WhiteningCorpus, keep: int, which: str) -> None:
-    """Keeping `keep` directions needs `keep` + 1 distinct sentences (n embeddings span n - 1 directions)."""
-    if corpus.distinct >= keep + 1:
-        return
-    smaller = f", or whitening_dim=<at most {corpus.distinct - 1}>" if corpus.distinct > 1 else ""
-    raise SentembConfigError(
-        f"whitening={corpus.path}: {corpus.distinct} distinct sentences, and {which} keeps {keep} directions, which "
-        f"needs at least {keep + 1}: the embeddings of n sentences vary in n - 1 directions at most, the others have "
-        f"no variance to divide by (evaluate's fit floors them at {FLOOR:g} x the largest; a shipped model would "
-        f"scale its noise up by ~1e6 there). Fix: a corpus of at least {keep + 1} distinct sentences{smaller}"
-    )
 
 
 # a kept direction's variance below this fraction of the largest is refused at export: its standard deviation is under
@@ -506,12 +498,8 @@ def fitted_whitening(encoder: SentenceEncoder, corpus: WhiteningCorpus) -> White
     """BERT-whitening fitted on the encoder's float32 embeddings of the corpus; refused (before the corpus is
     embedded) where whitening_dim exceeds the embedding's size D or, keeping all D, the corpus has fewer than D + 1
     distinct sentences, and (after) where the embeddings have no variance in a kept direction."""
-    size = int(encoder.encode(corpus.sentences[:1]).shape[1])
-    if corpus.dim is not None and corpus.dim > size:
-        raise SentembConfigError(
-            f"whitening_dim={corpus.dim}: more than the embedding's {size} dimensions. Fix: whitening_dim from 1 to "
-            f"{size}, or null (all {size})"
-        )
+    size = embedding_size(encoder, corpus.sentences[0])
+    check_dim_fits(corpus.dim, size)
     keep = corpus.dim or size
     if corpus.dim is None:
         check_rank(corpus, size, f"whitening_dim=null (all of the embedding's {size})")
@@ -571,7 +559,7 @@ def write_whitening_record(out: Path, record: dict[str, Any]) -> None:
     """sentemb_whitening.json, once the folder is saved (its module's folder must be the one the record names)."""
     if not (out / record["module"] / "config.json").is_file():
         raise RuntimeError(f"{out}: sentence-transformers saved the whitening module elsewhere than {record['module']}")
-    (out / WHITENING).write_text(json.dumps(record, indent=2) + "\n")
+    publish_text(out / WHITENING, json.dumps(record, indent=2) + "\n")
 
 
 def whitening_section(record: dict[str, Any], scored: bool, table: bool) -> list[str]:

@@ -17,6 +17,8 @@ import pytest
 from scipy.stats import ttest_rel
 
 import sentemb.compare
+import sentemb.eval.bootstrap
+import sentemb.st_modules
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.metric_names import TEST_SPEARMAN, interval_names, sts_test_metric
 from sentemb.eval.similarities import SIMILARITIES_NAME, pairs_digest, write_similarities
@@ -379,3 +381,135 @@ def test_minilm_mean_pooling_is_told_apart_from_cls_pooling_on_stsb_test(
     # a task the folders hold no cosines for: refused by name, since a model= source names no weights to encode
     err = refused([str(mean), str(cls), "--tasks", "STSBenchmark,STS16", "--data-dir", str(data_root)], capsys)
     assert f"compare: {mean} holds no cosines for STS16 and names no model to encode them" in err and "Fix:" in err
+
+
+# ---- written whole or not at all; inputs that are no score refused by file and key ----
+
+
+class StoppedMidWrite(str):
+    """The markdown of a comparison stopped (Ctrl-C, SIGTERM) once compare.json is written, before compare.md."""
+
+    def __add__(self, other: str) -> str:
+        raise KeyboardInterrupt
+
+
+def test_a_comparison_stopped_part_way_leaves_no_folder_and_the_same_command_runs_again(
+    tmp_path, capsys, monkeypatch, no_model_loads
+):
+    sweep = fake_seed_sweep(tmp_path / "sweep")
+    argv = [f"{sweep}:loss=infonce", f"{sweep}:loss=focal"]
+    real_markdown = sentemb.compare.comparison_markdown
+    monkeypatch.setattr(sentemb.compare, "comparison_markdown", lambda result: StoppedMidWrite(real_markdown(result)))
+    with pytest.raises(KeyboardInterrupt):
+        sentemb.compare.main([*argv, "--out", str(tmp_path / "cmp")])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep"], "no half folder (compare.json alone), no staging"
+    monkeypatch.setattr(sentemb.compare, "comparison_markdown", real_markdown)
+    result = compare(argv, tmp_path / "cmp")  # not refused as "exists"
+    assert sorted(p.name for p in (tmp_path / "cmp").iterdir()) == ["compare.json", "compare.md"]
+    assert result["comparisons"][0]["rows"]
+
+
+def test_the_staging_folder_of_a_killed_comparison_goes_with_the_next_one(tmp_path, no_model_loads):
+    from sentemb.common.published_files import HOST
+
+    sweep = fake_seed_sweep(tmp_path / "sweep")
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True).stdout)
+    staged = tmp_path / f".cmp.{HOST}-{dead}-0123abcd.staging"  # what SIGKILL left of a comparison into cmp
+    staged.mkdir()
+    (staged / "compare.json").write_text("{}\n")
+    compare([f"{sweep}:loss=infonce", f"{sweep}:loss=focal"], tmp_path / "cmp")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cmp", "sweep"]
+
+
+@pytest.mark.parametrize("value", [True, None, "80.1"], ids=["true", "null", "a string"])
+def test_a_recorded_test_score_that_is_no_number_is_refused_naming_the_file_and_key(
+    value, tmp_path, capsys, no_model_loads
+):
+    sweep = fake_seed_sweep(tmp_path / "sweep")
+    record = sweep / "2" / "metrics.json"  # infonce's seed 3
+    written = json.loads(record.read_text())
+    written["metrics"][sts_test_metric("STS16")] = value
+    record.write_text(json.dumps(written))
+    argv = [f"{sweep}:loss=infonce", f"{sweep}:loss=focal", "--out", str(tmp_path / "cmp")]
+    err = refused(argv, capsys)
+    assert f"{record}: metrics.{sts_test_metric('STS16')} is " in err and "a test score is a finite number" in err
+    assert "Fix: leave STS16 out (--tasks)" in err and not (tmp_path / "cmp").exists()
+    result = compare([*argv[:2], "--tasks", "STSBenchmark"], tmp_path / "cmp")  # the other task: compared
+    assert [row["task"] for row in result["comparisons"][0]["rows"]] == ["STSBenchmark"]
+
+
+def copied_run(tmp_path: Path) -> tuple[Path, Path]:
+    """A finished run folder and its copy elsewhere (`cp -a`): the copy's record names the original's checkpoint."""
+    original = tmp_path / "run"
+    fake_run(original)
+    (original / "checkpoints").mkdir()
+    (original / "checkpoints" / "best-step4.ckpt").write_bytes(b"the original's weights")
+    copy = tmp_path / "elsewhere" / "run2"
+    shutil.copytree(original, copy, symlinks=True)
+    return original, copy
+
+
+def test_a_copied_run_folder_is_compared_with_its_own_checkpoint(tmp_path):
+    original, copy = copied_run(tmp_path)
+    assert json.loads((copy / "metrics.json").read_text())["metrics"]["best_checkpoint"].startswith(str(original))
+    assert contender(str(copy)).model == ("checkpoint", copy / "checkpoints" / "best-step4.ckpt")
+    assert contender(str(original)).model == ("checkpoint", original / "checkpoints" / "best-step4.ckpt")
+
+
+def test_a_copied_run_folder_without_its_checkpoint_never_reads_the_originals(
+    tmp_path, small_data, capsys, no_model_loads
+):
+    original, copy = copied_run(tmp_path)
+    (copy / "checkpoints" / "best-step4.ckpt").unlink()  # the original's file still exists: never read in its place
+    assert contender(str(copy)).model == ("checkpoint", copy / "checkpoints" / "best-step4.ckpt")
+    argv = ["--tasks", "STSBenchmark", "--data-dir", str(small_data), "--out", str(tmp_path / "cmp")]
+    err = refused([str(copy), str(original), *argv], capsys)  # no cosines kept: its weights must be encoded
+    assert f"{copy}/checkpoints/best-step4.ckpt does not exist, and STSBenchmark must be encoded with it" in err
+    record = json.loads((copy / "metrics.json").read_text())
+    record["metrics"]["best_checkpoint"] = str(tmp_path / "weights" / "model.ckpt")  # not a run's checkpoints/
+    (copy / "metrics.json").write_text(json.dumps(record))
+    with pytest.raises(SentembConfigError, match=r"metrics\.json: metrics\.best_checkpoint=.*model\.ckpt is not a file "
+                       r"of a run folder's checkpoints/"):  # fmt: skip
+        contender(str(copy))
+
+
+def test_resamples_beyond_what_memory_allows_are_refused_before_anything_is_allocated(
+    tmp_path, small_data, capsys, monkeypatch, no_model_loads
+):
+    inputs = refusal_inputs(tmp_path)
+    argv = [str(inputs["model"]), str(inputs["other"]), "--tasks", "STSBenchmark", "--data-dir", str(small_data)]
+    err = refused([*argv, "--resamples", "100000000", "--out", str(tmp_path / "cmp")], capsys)
+    assert "--resamples=100000000: the bootstrap of 200 pairs would need" in err
+    assert "nothing was allocated. Fix: --resamples=1000 (the default" in err and not (tmp_path / "cmp").exists()
+    monkeypatch.setattr(sentemb.eval.bootstrap, "allowed_bytes", lambda: 10 * 2**20)  # a machine with 20 MiB free
+    err = refused([*argv, "--resamples", "5000", "--out", str(tmp_path / "cmp")], capsys)
+    assert f"at most {10 * 2**20 // (16 * 200 + 32)} here" in err
+
+
+def test_similarities_that_cannot_be_scored_are_refused_naming_the_file_or_the_model(
+    tmp_path, small_data, capsys, monkeypatch
+):
+    # what `evaluate whitening=<identical lines>` kept: every cosine 0, so no Spearman (it printed "nan / no test")
+    stored = fake_run(tmp_path / "run")
+    data = {"STSBenchmark": load_sts_task(small_data / "senteval" / "downstream", "STSBenchmark", ("test",))}
+    write_similarities(stored, data, {"STSBenchmark": {"test": np.zeros(len(data["STSBenchmark"]["test"].gold))}})
+    model = tmp_path / "other" / "model.ckpt"
+    model.parent.mkdir()
+    model.write_bytes(b"weights")
+    argv = ["--tasks", "STSBenchmark", "--data-dir", str(small_data), "--out", str(tmp_path / "cmp")]
+    err = refused([str(tmp_path / "run"), str(model), *argv], capsys)
+    assert f"{stored}: cosine/STSBenchmark/test" in err and "the same similarity" in err and "Fix:" in err
+
+    class Collapsed:  # a model whose embeddings are all one vector
+        def encode(self, sentences, batch_size=128, max_length=None, show_progress=False):
+            return np.ones((len(sentences), 4), dtype=np.float32)
+
+    monkeypatch.setattr(sentemb.compare, "load_model", lambda c, args: Collapsed())
+    monkeypatch.setattr(sentemb.st_modules, "check_before_loading", lambda kind, path: None)  # a fake model's files
+    other = tmp_path / "other2" / "model.ckpt"
+    other.parent.mkdir()
+    other.write_bytes(b"weights")
+    assert sentemb.compare.main([str(model), str(other), *argv, "--device", "cpu"]) == 1  # encoded, then refused
+    err = capsys.readouterr().err
+    assert f"sentemb: compare: {model}, encoded now: STSBenchmark test" in err and "the same similarity" in err
+    assert not (tmp_path / "cmp").exists()

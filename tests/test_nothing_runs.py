@@ -183,9 +183,12 @@ def remote_code_folder(tmp_path) -> tuple[Path, Path]:
 
 
 def test_sentembs_loader_never_runs_a_folders_code(remote_code_folder):
+    # refused, not loaded with transformers' own class of its model_type: the folder's code says what its model
+    # computes, and that class may compute another (issue 51, finding 6: one check of every model folder)
     folder, mark = remote_code_folder
-    model = pretrained_backbone(str(folder))  # transformers' own BERT class: the folder's auto_map is ignored
-    assert type(model).__module__.startswith("transformers.") and not mark.exists()
+    with pytest.raises(SentembConfigError, match=r"config\.json names code of the folder's own \(auto_map.*Fix: "):
+        pretrained_backbone(str(folder))
+    assert not mark.exists()
 
 
 def evil_backbone(folder: Path) -> dict:
@@ -483,6 +486,22 @@ def modules_reader(tmp_path: Path) -> None:
     checked_modules(tmp_path)
 
 
+def model_config_reader(tmp_path: Path) -> None:
+    from sentemb.encoders.models.model_files import check_model_files
+
+    write_text(tmp_path / "config.json", "[" * 5000 + "]" * 5000)  # deeper than json's recursion
+    check_model_files(tmp_path, "model.name_or_path")
+
+
+def safetensors_header_reader(tmp_path: Path) -> None:
+    from sentemb.encoders.models.model_files import check_model_files
+
+    header = json.dumps({"w": {"dtype": "F32", "shape": [10**9], "data_offsets": [0, 4 * 10**9]}}).encode()
+    (tmp_path / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header)  # no tensor bytes
+    write_text(tmp_path / "config.json", json.dumps({"model_type": "bert"}))
+    check_model_files(tmp_path, "model.name_or_path")
+
+
 def adapter_config_reader(tmp_path: Path) -> None:
     from sentemb.st_modules import adapter_config
 
@@ -504,7 +523,9 @@ READERS = {
     ("sentemb/runs/optuna_study.py", "optuna_sweep"): optuna_reader,
     ("sentemb/runs/jobs.py", "swept_keys"): multirun_reader,
     ("sentemb/eval/suite.py", "onnx_artefact"): onnx_recipe_reader,
-    ("sentemb/runs/wandb_runs.py", "wandb_run_id"): wandb_id_reader,
+    ("sentemb/runs/wandb_runs.py", "read_head"): wandb_id_reader,
+    ("sentemb/encoders/models/model_files.py", "folder_json"): model_config_reader,
+    ("sentemb/encoders/models/model_files.py", "safetensors_bytes"): safetensors_header_reader,
 }
 NOT_CONFIG = {  # files read that are not configuration, each with why the rule is not theirs
     ("sentemb/common/file_values.py", "read_json"): "the rule's own reader",
@@ -536,10 +557,31 @@ NOT_CONFIG = {  # files read that are not configuration, each with why the rule 
     ("sentemb/eval/transfer.py", "_lines"): "SentEval's data: sentences and labels, checked by its reader",
     ("sentemb/common/folder_lock.py", "read_holder"): "a lock's holder (host, PID), shown in a refusal only",
     ("sentemb/eval/deployed.py", "cpu_name"): "/proc/cpuinfo, for the model card's machine line",
+    ("sentemb/common/memory.py", "meminfo_available"): "/proc/meminfo's MemAvailable, a number: the memory bound",
+    ("sentemb/common/memory.py", "cgroup_room"): "the cgroup's memory limit and usage, numbers: the memory bound",
+    ("sentemb/download.py", "download"): "a download's bytes, copied into its staging folder (its length checked)",
+    ("sentemb/download.py", "write_head"): "the first bytes of a downloaded corpus, copied as the wiki sample",
+    ("sentemb/common/published_files.py", "copy_into"): "sentemb's own temporary file, copied under its name",
+    ("sentemb/eval/whitening.py", "whitening_corpus"): "a whitening corpus: sentences, decoded as UTF-8 line by line "
+    "and hashed, never configuration",
+    ("sentemb/encoders/checkpoint.py", "what_else_it_is"): "the first bytes of a file that is no checkpoint, named in "
+    "its refusal",
+    ("sentemb/st_modules.py", "card_tags"): "an exported folder's model card: the tags of its front matter "
+    "(yaml.safe_load, strings only kept), compared with sentemb's to tell a whole export, never built or applied",
     ("sentemb/data/negation.py", "parse_line"): "SNCSE's negation file: data, each line checked to be a list of two "
     "strings (file:line), never configuration",
 }
-PARSERS = ("json.load", "json.loads", "yaml.safe_load", "yaml.load", "OmegaConf.load", "torch.load", "read_text")
+# ".read": a file object's read (or os.read), how a reader takes a file's first bytes or reads it in blocks
+PARSERS = (
+    "json.load",
+    "json.loads",
+    "yaml.safe_load",
+    "yaml.load",
+    "OmegaConf.load",
+    "torch.load",
+    "read_text",
+    ".read",
+)
 # the rule's own: a function calling them reads a file too
 RULE_READERS = ("read_json", "read_yaml", "parse_yaml", "parse_json")
 

@@ -287,3 +287,51 @@ def test_the_whitened_folder_loads_where_sentemb_is_not_installed(exported, corp
     assert result.returncode == 0, result.stderr[-3000:]
     expected = reference(TINY, corpus, TINY_DIM, SENTENCES)
     np.testing.assert_allclose(np.load(tmp_path / "e.npy"), expected, atol=TOLERANCE, rtol=0)
+
+
+# ---- an export stopped part-way: never a half folder at out=, never one accepted as a model ----
+
+
+def test_a_folder_an_export_left_part_way_is_refused_by_the_loader_and_by_compare(exported, tmp_path):
+    import argparse
+
+    import sentemb.compare
+
+    half = tmp_path / "half"  # what an export killed before its card used to leave: modules, no card, no record
+    shutil.copytree(exported, half, ignore=shutil.ignore_patterns("README.md", WHITENING, "onnx"))
+    message = rf"{half}: no model card of sentemb's \(README\.md tagged 'sentemb'\).*Fix: export the model again"
+    with pytest.raises(SentembConfigError, match=message):
+        load_exported_folder(half, device="cpu")
+    args = argparse.Namespace(contenders=[str(exported), str(half)], tasks="STSBenchmark", out=tmp_path / "cmp",
+                              resamples=10, seed=1, level=0.95, batch_size=8, device="cpu", data_dir=None)  # fmt: skip
+    with pytest.raises(SentembConfigError, match=message):
+        sentemb.compare.compare(args)
+    assert not (tmp_path / "cmp").exists()
+
+
+KILLED_EXPORT = """
+import os, sys
+import sentemb.export
+sentemb.export.write_whitening_record = lambda out, record: os._exit(137)  # SIGKILL there: no handler, no finally
+sys.argv = ["sentemb.export", *sys.argv[1:]]
+sentemb.export.main()
+"""
+
+
+def test_an_export_killed_part_way_leaves_out_as_it_was_and_the_same_command_runs_again(corpus, tmp_path):
+    # a kill no Python code sees needs a process of its own (~10 s: sentemb's imports and a tiny model's export)
+    out = tmp_path / "out"
+    overrides = [*TINY, f"whitening={corpus}", f"whitening_dim={TINY_DIM}", f"out={out}"]
+    done = subprocess.run([sys.executable, "-c", KILLED_EXPORT, *overrides], capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+    assert done.returncode == 137, done.stderr[-3000:]
+    assert [p.name for p in out.iterdir()] == [".sentemb.lock"], "no module, no weights: nothing of the export"
+    with pytest.raises(SentembConfigError, match="no model card of sentemb's"):
+        load_exported_folder(out, device="cpu")
+    staged = [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")]
+    assert len(staged) == 1 and staged[0].endswith(".staging"), "the killed export's staging folder, beside out"
+    torch.manual_seed(0)
+    export(compose_export(overrides))  # not refused as "not empty"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"], "the staging folder of the killed one removed"
+    assert (out / "README.md").is_file() and (out / WHITENING).is_file() and not (out / ".sentemb.lock").exists()
+    assert load_exported_folder(out, device="cpu").encode(SENTENCES).shape == (len(SENTENCES), TINY_DIM)

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.file_values import read_json
-from sentemb.common.metric_names import TEST_SPEARMAN, read_metric, sts_test_metric
+from sentemb.common.metric_names import OLD_NAMES, sts_test_metric
 from sentemb.eval.similarities import SIMILARITIES_NAME
 from sentemb.eval.sts import STS_TASKS
 from sentemb.eval.suite import RESULTS_SHAPE
@@ -49,6 +50,13 @@ class Contender:
     cached: list[Path] = field(default_factory=list)
     seeds: dict[str, dict[int, float]] | None = None
     jobs: list[str] = field(default_factory=list)
+    refused: dict[str, str] = field(default_factory=dict)  # task → why a job's recorded score of it is no score
+
+    def check_scores(self, tasks: list[str]) -> None:
+        """A task compared whose recorded score is no number (`refused`) stops the comparison, naming file and key."""
+        for task in tasks:
+            if task in self.refused:
+                raise SentembConfigError(self.refused[task])
 
     @property
     def kind(self) -> str:
@@ -93,22 +101,47 @@ def run_folder(label: str, folder: Path) -> Contender:
             f"compare: {folder}/{RECORD_NAME} says status={record['status']}: the run did not finish, so it has no "
             "scored weights. Fix: compare a finished run, or one of its checkpoints (.ckpt)"
         )
-    best = metrics.get("best_checkpoint")
     cached = existing(folder / SIMILARITIES_NAME)
-    if not isinstance(best, str) or not best:  # callbacks=none: the scored final weights were not saved
+    checkpoint = own_best_checkpoint(folder, metrics)
+    if checkpoint is None:  # callbacks=none: the scored final weights were not saved
         return Contender(label, None, cached=cached)
-    checkpoint = Path(best).expanduser()
-    if not checkpoint.is_absolute():  # a relative path is the run's own checkpoints/ file, wherever compare runs
-        checkpoint = folder / "checkpoints" / checkpoint.name
     return Contender(label, ("checkpoint", checkpoint), cached=cached)
+
+
+def own_best_checkpoint(folder: Path, metrics: dict[str, Any]) -> Path | None:
+    """The run folder's own copy of the checkpoint its record names (`best_checkpoint`; None: none was kept). A run
+    folder copied or moved elsewhere keeps its original's absolute path in its record: the file of that name in
+    this folder's checkpoints/ is the one read, never the original's (which may hold other weights by now), and if
+    this folder lacks it, the comparison says so where it must encode with it; a recorded path that names no file of
+    a checkpoints/ folder is refused with the reason."""
+    best = metrics.get("best_checkpoint")
+    if best is None or best == "":
+        return None
+    record = folder / RECORD_NAME
+    if not isinstance(best, str):
+        raise SentembConfigError(f"compare: {record}: metrics.best_checkpoint={best!r} is not a path. {RECORD_FIX}")
+    recorded = Path(best).expanduser()
+    if recorded.is_absolute() and recorded.parent.name != CHECKPOINTS:
+        raise SentembConfigError(
+            f"compare: {record}: metrics.best_checkpoint={best} is not a file of a run folder's {CHECKPOINTS}/, so "
+            f"it is no checkpoint of this run folder; it was not read. {RECORD_FIX}"
+        )
+    return folder / CHECKPOINTS / recorded.name  # missing: refused where it must encode (stored_similarities)
+
+
+CHECKPOINTS = "checkpoints"
+RECORD_FIX = "Fix: restore the run folder's metrics.json as its run wrote it, or compare a checkpoint (.ckpt) by path"
 
 
 def run_cache_of(checkpoint: Path) -> list[Path]:
     """The similarities.npz of the run a checkpoint belongs to, when that run's closing report scored this file."""
     folder = checkpoint.resolve().parent.parent
     record = read_record(folder) if (folder / RECORD_NAME).is_file() else None
-    best = ((record or {}).get("metrics") or {}).get("best_checkpoint")
-    same = isinstance(best, str) and Path(best).expanduser().resolve() == checkpoint.resolve()
+    try:
+        best = own_best_checkpoint(folder, (record or {}).get("metrics") or {})
+    except SentembConfigError:  # the record names no checkpoint of that folder: its cosines are not this file's
+        return []
+    same = best is not None and best.resolve() == checkpoint.resolve()
     return existing(folder / SIMILARITIES_NAME) if same else []
 
 
@@ -161,17 +194,35 @@ def sweep_configuration(label: str, folder: Path, overrides: list[str]) -> Conte
     if len(set(seeds)) != len(seeds):
         raise SentembConfigError(f"compare: {label}: two of its jobs ran the same seed ({seeds}). Fix: name one job")
     scores: dict[str, dict[int, float]] = {}
+    refused: dict[str, str] = {}
     for task in STS_TASKS:
-        values = {r["seed"]: recorded_test_score(r.get("metrics") or {}, task) for _, r, _ in jobs}
-        if all(isinstance(v, int | float) for v in values.values()):
+        try:
+            values = {r["seed"]: recorded_test_score(d, r.get("metrics") or {}, task) for d, r, _ in jobs}
+        except SentembConfigError as err:  # refused if the task is compared (it may be left out with --tasks)
+            refused[task] = str(err)
+            continue
+        if all(value is not None for value in values.values()):
             scores[task] = values
-    return Contender(label, seeds=scores, jobs=[str(d) for d, _, _ in jobs])
+    return Contender(label, seeds=scores, jobs=[str(d) for d, _, _ in jobs], refused=refused)
 
 
-def recorded_test_score(metrics: dict[str, Any], task: str) -> Any:
-    """A job's recorded test score of an STS task (STS-B's also under its name from before today's metric names)."""
+def recorded_test_score(directory: Path, metrics: dict[str, Any], task: str) -> float | None:
+    """A job's recorded test score of an STS task (STS-B's also under its name from before today's metric names);
+    None where the job was not scored on it (no such key). A score recorded but not a finite number (`true`, a
+    string, `null`: a score that could not be computed) is refused naming the file and the key, never counted."""
     name = sts_test_metric(task)
-    return read_metric(metrics, name) if name == TEST_SPEARMAN else metrics.get(name)
+    key = next((k for k in (name, *(old for old, new in OLD_NAMES.items() if new == name)) if k in metrics), None)
+    if key is None:
+        return None
+    value = metrics[key]
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        what = "null: a score that could not be computed" if value is None else f"{value!r}, not a number"
+        raise SentembConfigError(
+            f"compare: {directory / RECORD_NAME}: metrics.{key} is {what}; a test score is a finite number, so this "
+            f"job's {task} cannot be compared. Fix: leave {task} out (--tasks), or score the job again (python -m "
+            "sentemb.evaluate on its best checkpoint)"
+        )
+    return float(value)
 
 
 def task_names(contenders: list[Contender], asked: list[str]) -> list[str]:
@@ -181,6 +232,6 @@ def task_names(contenders: list[Contender], asked: list[str]) -> list[str]:
     if all(c.kind == "seeds" for c in contenders):
         shared: Any = set(STS_TASKS)
         for c in contenders:
-            shared &= set(c.seeds or {})
+            shared &= set(c.seeds or {}) | set(c.refused)  # a score recorded as no number: refused, never skipped
         return [task for task in STS_TASKS if task in shared]
     return list(STS_TASKS)
