@@ -84,7 +84,13 @@ def through_loader(checkpoint: Path, tmp_path: Path, extra: tuple[str, ...] = ()
     load_checkpoint_encoder(checkpoint)
 
 
-ENTRY_POINTS = [through_evaluate, through_export, through_train, through_loader]
+def through_dclr_complementary(checkpoint: Path, tmp_path: Path, extra: tuple[str, ...] = ()) -> None:
+    # DCLR's complementary model may be a sentemb checkpoint: read by the same reader, before any model is built
+    overrides = ["model=tiny", "logger=csv", "negatives=dclr", f"negatives.complementary={checkpoint}", *extra]
+    train(compose_train(overrides, output_dir=tmp_path))
+
+
+ENTRY_POINTS = [through_evaluate, through_export, through_train, through_loader, through_dclr_complementary]
 
 
 @pytest.mark.parametrize("entry", ENTRY_POINTS, ids=lambda f: f.__name__)
@@ -189,6 +195,8 @@ def test_a_broken_checkpoint_is_refused_naming_the_file_and_the_fix(broken, entr
         entry(checkpoint, tmp_path)
     message = str(err.value)
     assert str(checkpoint) in message and BROKEN[broken] in message and "Fix:" in message
+    # training afresh fixes a resume only (issue 51, finding 18: a DCLR complementary model was told to)
+    assert ("train afresh" in message) == (broken in (truncated, failing_its_crc) and entry is through_train)
 
 
 def test_the_crc_check_reads_no_pickle_and_a_whole_checkpoint_passes(tmp_path):

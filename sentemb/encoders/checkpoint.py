@@ -135,14 +135,16 @@ def read_checkpoint(path: str | Path, key: str = "checkpoint", mmap: bool = Fals
     problem = checkpoint_problem(path)
     if problem:
         earlier = previous_good_checkpoint(path)
+        target = key or "ckpt_path"
         fallback = (
-            f"the previous good checkpoint is {earlier}: use {key or 'ckpt_path'}={earlier}"
+            f"the previous good checkpoint is {earlier}: use {target}={earlier}"
             if earlier
-            else f"no other good checkpoint is in {path.parent}"
+            else f"point {target} at a whole .ckpt written by sentemb.train (none other is in {path.parent})"
         )
+        # starting afresh fixes a resume only: a checkpoint read as a model to score, serve or learn from needs another
+        afresh = ", or train afresh in a new run directory" if target == "ckpt_path" else ""
         raise SentembConfigError(
-            f"{named} is truncated or corrupt ({problem}). Fix: {fallback}, or train afresh in a new run directory. "
-            "Nothing was deleted."
+            f"{named} is truncated or corrupt ({problem}). Fix: {fallback}{afresh}. Nothing was deleted."
         )
     try:
         with torch.serialization.safe_globals(SAFE_GLOBALS):
