@@ -450,11 +450,11 @@ def test_ddp_with_dclr_equals_one_process_on_the_concatenated_batch(convention, 
 
 
 @pytest.mark.slow  # three training runs (make test-slow); the complementary model's rebuild is tested above
-def test_a_resumed_dclr_run_equals_the_uninterrupted_run(tiny_overrides, small_stsb, tmp_path, monkeypatch):
+def test_a_resumed_dclr_run_equals_the_uninterrupted_run(tiny_overrides, small_stsb, tmp_path):
     """The noise comes from the global RNG (restored), the complementary model is rebuilt from the initial weights:
     the resumed run's losses are the uninterrupted run's, bit for bit."""
     job = [*tiny_overrides, f"eval.stsb_dir={small_stsb}", "trainer.max_steps=4", "eval.every_n_steps=2",
            "negatives=dclr", "negatives.phi=0.9999"]  # fmt: skip
-    stopped_and_resumed(job, tmp_path, monkeypatch, stop_after=2)
+    stopped_and_resumed(job, tmp_path, stop_after=2)
     losses, resumed = resumed_losses(tmp_path)
     assert len(losses) == 4 and resumed == losses

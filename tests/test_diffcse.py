@@ -231,9 +231,9 @@ def test_a_tiny_diffcse_run_trains_and_logs_the_rtd_term(tiny_overrides, tmp_pat
 
 
 @pytest.mark.slow  # three training runs (make test-slow)
-def test_a_resumed_diffcse_run_equals_the_uninterrupted_run(tiny_overrides, tmp_path, monkeypatch):
+def test_a_resumed_diffcse_run_equals_the_uninterrupted_run(tiny_overrides, tmp_path):
     overrides = [*tiny_overrides, *DIFFCSE, "trainer.max_steps=6", "eval.every_n_steps=3"]
-    full, resumed, _ = stopped_and_resumed(overrides, tmp_path, monkeypatch, stop_after=3)
+    full, resumed, _ = stopped_and_resumed(overrides, tmp_path, stop_after=3)
     losses, resumed_run = resumed_losses(tmp_path)
     # bit-identical weights, BatchNorm statistics, optimizer, data position and RNG; the generator rebuilt the same
     assert len(losses) == 6 and resumed_run == losses

@@ -32,7 +32,7 @@ from sentemb.st_modules import load_exported_folder
 from sentemb.training.checks import check_parts
 from tests.conftest import compose_train
 from tests.test_export import compose_export
-from tests.test_train import run
+from tests.test_train import run, train_with
 
 SENTENCES = ["A man is playing a guitar.", "Two dogs run on the beach.", "The stock market fell sharply today."]
 
@@ -129,17 +129,10 @@ class KeepLastAfterFirstStep(L.Callback):
                 shutil.copyfile(best, self.path.parent / best.name)
 
 
-def train_and_resume(overrides: list[str], tmp_path: Path, monkeypatch) -> tuple[dict, dict, dict]:
+def train_and_resume(overrides: list[str], tmp_path: Path) -> tuple[dict, dict, dict]:
     """A 2-step run, and its last.ckpt of step 1 resumed to step 2: (the run's metrics, both step-2 last.ckpt)."""
     stopped = tmp_path / "stopped" / "checkpoints" / "last.ckpt"
-    build_trainer = sentemb.train.build_trainer
-    with monkeypatch.context() as patch:
-        patch.setattr(
-            sentemb.train,
-            "build_trainer",
-            lambda cfg, extra_callbacks=(): build_trainer(cfg, [*extra_callbacks, KeepLastAfterFirstStep(stopped)]),
-        )
-        full = run(overrides, tmp_path / "full")
+    full = train_with(overrides, tmp_path / "full", KeepLastAfterFirstStep(stopped))
     run([*overrides, f"ckpt_path={stopped}"], tmp_path / "resumed")  # writes on beside the checkpoint it resumed
     saved = [torch.load(path, weights_only=True) for path in (tmp_path / "full" / "checkpoints" / "last.ckpt", stopped)]
     assert saved[0]["global_step"] == saved[1]["global_step"] == 2
@@ -175,19 +168,19 @@ def overrides(tiny_overrides, small_stsb, conf_dir, declared) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------- the four additions
-def test_a_new_loss(overrides, conf_dir, tmp_path, monkeypatch):
+def test_a_new_loss(overrides, conf_dir, tmp_path):
     (conf_dir / "loss" / "align_uniform.yaml").write_text("name: align_uniform\nt: 2.0\n")
-    full, saved, resumed = train_and_resume([*overrides, "loss=align_uniform"], tmp_path, monkeypatch)
+    full, saved, resumed = train_and_resume([*overrides, "loss=align_uniform"], tmp_path)
     assert saved["hyper_parameters"]["loss"] == {"name": "align_uniform", "t": 2.0}
     assert_resumed_exactly(saved, resumed)
     assert_exports(full, tmp_path)
 
 
-def test_a_new_pooling_with_a_decoder_refusal(overrides, conf_dir, tmp_path, monkeypatch):
+def test_a_new_pooling_with_a_decoder_refusal(overrides, conf_dir, tmp_path):
     (conf_dir / "pooling" / "max.yaml").write_text("name: max\n")
     with pytest.raises(SentembConfigError, match=r"pooling=max with model=tiny-llama, a decoder LLM: a decoder's pad"):
         check_parts(compose_train([*overrides, "model=tiny-llama", "pooling=max"], tmp_path))
-    full, saved, resumed = train_and_resume([*overrides, "pooling=max"], tmp_path, monkeypatch)
+    full, saved, resumed = train_and_resume([*overrides, "pooling=max"], tmp_path)
     assert_resumed_exactly(saved, resumed)
     assert_exports(full, tmp_path)
     onnx = compose_export([f"checkpoint={full['best_checkpoint']}", f"out={tmp_path / 'onnx'}", "format=onnx"])
@@ -195,22 +188,22 @@ def test_a_new_pooling_with_a_decoder_refusal(overrides, conf_dir, tmp_path, mon
         export(onnx)
 
 
-def test_a_new_head_whose_state_survives_a_resume(overrides, conf_dir, tmp_path, monkeypatch):
+def test_a_new_head_whose_state_survives_a_resume(overrides, conf_dir, tmp_path):
     (conf_dir / "head" / "memory.yaml").write_text("name: memory\nweight: 0.5\n")
-    full, saved, resumed = train_and_resume([*overrides, "pooling=mean", "head=memory"], tmp_path, monkeypatch)
+    full, saved, resumed = train_and_resume([*overrides, "pooling=mean", "head=memory"], tmp_path)
     state = saved["state_dict"]
     assert state["encoder.pooling._extra_state"] == {"steps": 2} and state["encoder.pooling.memory"].abs().sum() > 0
     assert_resumed_exactly(saved, resumed)  # the memory the second step read came back from the checkpoint
     assert_exports(full, tmp_path)  # export=TRAINS_ONLY: the folder embeds with the pooling inside
 
 
-def test_a_new_decoder_family(overrides, conf_dir, tmp_path, monkeypatch):
+def test_a_new_decoder_family(overrides, conf_dir, tmp_path):
     tiny_llama = (Path(sentemb.train.CONF_DIR) / "model" / "tiny-llama.yaml").read_text()
     olmo = tiny_llama.replace("name_or_path: tiny-llama", "name_or_path: tiny-olmo2").replace(
         "family: llama", "family: olmo2"
     )
     (conf_dir / "model" / "tiny-olmo2.yaml").write_text(olmo)
-    full, saved, resumed = train_and_resume([*overrides, "model=tiny-olmo2", "pooling=mean"], tmp_path, monkeypatch)
+    full, saved, resumed = train_and_resume([*overrides, "model=tiny-olmo2", "pooling=mean"], tmp_path)
     assert saved["hyper_parameters"]["model"]["backbone"]["family"] == "olmo2"
     assert_resumed_exactly(saved, resumed)
     assert_exports(full, tmp_path)

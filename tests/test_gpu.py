@@ -198,10 +198,10 @@ def test_grad_cache_equals_the_plain_step(small_corpus: Path, tmp_path: Path):
     assert_replay_equals_the_chunked_forward_with_graph(module, batch)
 
 
-def test_a_resumed_run_equals_the_uninterrupted_run(job: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_a_resumed_run_equals_the_uninterrupted_run(job: list[str], tmp_path: Path):
     # mid-epoch, dropout on (the CUDA generator's state travels in last.ckpt), dev every 3 steps
     overrides = [*job, "trainer.max_steps=6", "eval.every_n_steps=3", "trainer.deterministic=true"]
-    full, resumed, _ = stopped_and_resumed(overrides, tmp_path, monkeypatch, stop_after=3)
+    full, resumed, _ = stopped_and_resumed(overrides, tmp_path, stop_after=3)
     whole, stopped_then_resumed = resumed_losses(tmp_path)
     assert sorted(whole) == list(range(6))
     # bit-identical weights, optimizer, data position and RNG states, and deterministic kernels on the same shapes

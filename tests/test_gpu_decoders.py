@@ -151,12 +151,10 @@ def test_padding_free_equals_padded_in_bf16_with_lora(
     assert_gradients_close(grads, padded_grads, 5e-2)
 
 
-def test_a_resumed_lora_run_equals_the_uninterrupted_run(
-    job: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-):
+def test_a_resumed_lora_run_equals_the_uninterrupted_run(job: list[str], tmp_path: Path):
     # mid-epoch, dropout on (attention's and LoRA's masks: the generators' states travel in last.ckpt), dev every 3
     overrides = [*job, "trainer.deterministic=true"]
-    full, resumed, last = stopped_and_resumed(overrides, tmp_path, monkeypatch, stop_after=3)
+    full, resumed, last = stopped_and_resumed(overrides, tmp_path, stop_after=3)
     whole, stopped_then_resumed = resumed_losses(tmp_path)
     assert sorted(whole) == list(range(6))
     # bit-identical base (rebuilt from init_seed), adapter, optimizer, data position and RNG states, and deterministic

@@ -18,7 +18,6 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import sentemb.train
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.hydra_plumbing import compose_config, resolved_container
 from sentemb.common.paths import CONF_DIR
@@ -33,7 +32,7 @@ from tests.conftest import compose_train
 from tests.test_export import SENTENCES, assert_same_embeddings, compose_export, encode_in_fresh_process
 from tests.test_resume import StopAfter, logged
 from tests.test_safe_loading import sentemb_checkpoint
-from tests.test_train import run
+from tests.test_train import run, train_with
 
 # latent pooling with trained weights of its own, small enough for a 32-wide model
 LATENT = ["pooling=latent", "pooling.num_latents=8", "pooling.num_heads=2", "pooling.intermediate_size=64"]
@@ -86,18 +85,6 @@ class TrainedRun:
     @property
     def last(self) -> Path:
         return self.folder / "checkpoints" / "last.ckpt"
-
-
-def train_with(overrides: list[str], folder: Path, *callbacks: L.Callback) -> dict:
-    """sentemb.train's run with `callbacks` added to its Trainer (as tests/test_resume.py stops a run)."""
-    build_trainer = sentemb.train.build_trainer
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(
-            sentemb.train,
-            "build_trainer",
-            lambda cfg, extra_callbacks=(): build_trainer(cfg, [*extra_callbacks, *callbacks]),
-        )
-        return run(overrides, folder)
 
 
 @pytest.fixture(scope="module")

@@ -192,8 +192,8 @@ def esimcse(tiny_overrides) -> list[str]:
 
 
 @pytest.mark.slow  # three training runs (make test-slow); the state's round trip is tested above in make test
-def test_a_resumed_esimcse_run_equals_the_uninterrupted_run(esimcse, tmp_path, monkeypatch):
-    full, resumed, last = stopped_and_resumed(esimcse, tmp_path, monkeypatch, stop_after=3)
+def test_a_resumed_esimcse_run_equals_the_uninterrupted_run(esimcse, tmp_path):
+    full, resumed, last = stopped_and_resumed(esimcse, tmp_path, stop_after=3)
     saved = torch.load(last, map_location="cpu", weights_only=True)["state_dict"]
     assert saved["negatives._extra_state"]["queue"].shape[0] == 40, "3 steps of 16 keys, the newest 40 kept"
     losses, resumed_run = resumed_losses(tmp_path)

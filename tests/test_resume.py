@@ -9,7 +9,6 @@ from pathlib import Path
 import lightning as L
 import pytest
 
-import sentemb.train
 from sentemb.common.metric_names import (
     BEST_STEP,
     DEV_SPEARMAN,
@@ -17,7 +16,7 @@ from sentemb.common.metric_names import (
     DEV_SPEARMAN_BEST_RESCORED,
     TEST_SPEARMAN,
 )
-from tests.test_train import run
+from tests.test_train import run, train_with
 
 
 class StopAfter(L.Callback):
@@ -36,21 +35,12 @@ def logged(run_dir: Path, metric: str) -> dict[int, float]:
     return {int(r["step"]): float(r[metric]) for r in rows if r.get(metric)}
 
 
-def stopped_and_resumed(
-    overrides: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stop_after: int
-) -> tuple[dict, dict, Path]:
+def stopped_and_resumed(overrides: list[str], tmp_path: Path, stop_after: int) -> tuple[dict, dict, Path]:
     """`overrides` run whole (<tmp_path>/full), then stopped after `stop_after` steps (<tmp_path>/stopped, what a killed
     job leaves) and resumed from its last.ckpt (<tmp_path>/resumed): (the whole run's metrics, the resumed run's,
     the last.ckpt it resumed from)."""
     full = run(overrides, tmp_path / "full")
-    build_trainer = sentemb.train.build_trainer
-    monkeypatch.setattr(
-        sentemb.train,
-        "build_trainer",
-        lambda cfg, extra_callbacks=(): build_trainer(cfg, [*extra_callbacks, StopAfter(stop_after)]),
-    )
-    run(overrides, tmp_path / "stopped")
-    monkeypatch.undo()
+    train_with(overrides, tmp_path / "stopped", StopAfter(stop_after))
     last = tmp_path / "stopped" / "checkpoints" / "last.ckpt"
     assert last.is_file()
     return full, run([*overrides, f"ckpt_path={last}"], tmp_path / "resumed"), last
@@ -68,8 +58,8 @@ def overrides(tiny_overrides) -> list[str]:
     return [*tiny_overrides, "trainer.max_steps=6", "eval.every_n_steps=3"]
 
 
-def test_resumed_run_equals_the_uninterrupted_run(overrides, tmp_path, monkeypatch):
-    full, resumed, _ = stopped_and_resumed(overrides, tmp_path, monkeypatch, stop_after=3)
+def test_resumed_run_equals_the_uninterrupted_run(overrides, tmp_path):
+    full, resumed, _ = stopped_and_resumed(overrides, tmp_path, stop_after=3)
     losses = logged(tmp_path / "full", "train/loss")
     assert len(losses) == 6
     stopped, after = logged(tmp_path / "stopped", "train/loss"), logged(tmp_path / "resumed", "train/loss")
@@ -112,22 +102,13 @@ def best_files(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.glob("best-*.ckpt"))
 
 
-def stopped_run(overrides: list[str], folder: Path, monkeypatch: pytest.MonkeyPatch, stop_after: int) -> Path:
+def stopped_run(overrides: list[str], folder: Path, stop_after: int) -> Path:
     """`overrides` stopped after `stop_after` steps in `folder` (what a preempted job leaves); its checkpoints."""
-    build_trainer = sentemb.train.build_trainer
-    with monkeypatch.context() as patch:
-        patch.setattr(
-            sentemb.train,
-            "build_trainer",
-            lambda cfg, extra_callbacks=(): build_trainer(cfg, [*extra_callbacks, StopAfter(stop_after)]),
-        )
-        run(overrides, folder)
+    train_with(overrides, folder, StopAfter(stop_after))
     return folder / "checkpoints"
 
 
-def test_a_copied_run_resumes_its_best_tracking_and_a_lone_last_checkpoint_is_refused(
-    early_best, tmp_path, monkeypatch, recwarn
-):
+def test_a_copied_run_resumes_its_best_tracking_and_a_lone_last_checkpoint_is_refused(early_best, tmp_path, recwarn):
     # issue 51, finding 3: `cp -a run run2` then resuming in run2 (auto-resume sets ckpt_path=run2/.../last.ckpt)
     # forgot the best score: the resumed run kept step 6 as its "best" beside the stale best-step2.ckpt, reported
     # step 2's score and tested step 6's weights. Three tiny runs (~10 s of CPU each): best tracking only shows
@@ -138,7 +119,7 @@ def test_a_copied_run_resumes_its_best_tracking_and_a_lone_last_checkpoint_is_re
 
     full = run(early_best, tmp_path / "full")
     assert full[BEST_STEP] < 4, "the precondition: the best step lies before the resume, else nothing can be lost"
-    stopped = stopped_run(early_best, tmp_path / "stopped", monkeypatch, stop_after=4)
+    stopped = stopped_run(early_best, tmp_path / "stopped", stop_after=4)
     before = {p.name: p.read_bytes() for p in stopped.iterdir()}
 
     # `ckpt_path=` a last.ckpt copied alone: refused before anything loads, naming the best file to copy beside it

@@ -9,7 +9,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import sentemb.train
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.metric_names import (
     BEST_STEP,
@@ -25,7 +24,7 @@ from sentemb.encoders.models.backbones import packaged_model_path, pretrained_to
 from sentemb.training.checks import prepare_run
 from tests.conftest import compose_train
 from tests.test_resume import StopAfter, logged
-from tests.test_train import run
+from tests.test_train import run, train_with
 
 START = StreamPosition(epoch=0, batches=0)
 
@@ -150,19 +149,12 @@ def test_a_bad_line_is_named_with_file_and_line_when_the_stream_reaches_it(tmp_p
     ids=["mid-epoch", "epoch-end"],
 )
 def test_a_resumed_streaming_run_equals_the_uninterrupted_run(
-    case, stop, position, tiny_overrides, small_stsb, tmp_path, monkeypatch
+    case, stop, position, tiny_overrides, small_stsb, tmp_path
 ):
     overrides = [*tiny_overrides, "data.streaming=true", "trainer.max_steps=6", f"eval.stsb_dir={small_stsb}", *case]
     full = run(overrides, tmp_path / "full")
 
-    build_trainer = sentemb.train.build_trainer
-    monkeypatch.setattr(
-        sentemb.train,
-        "build_trainer",
-        lambda cfg, extra_callbacks=(): build_trainer(cfg, [*extra_callbacks, StopAfter(stop)]),
-    )
-    run(overrides, tmp_path / "stopped")
-    monkeypatch.undo()
+    train_with(overrides, tmp_path / "stopped", StopAfter(stop))
     last = tmp_path / "stopped" / "checkpoints" / "last.ckpt"
     saved = torch.load(last, weights_only=True)[UnsupervisedTextDataModule.__qualname__]
     assert saved == {"stream_position": position}

@@ -9,10 +9,12 @@ import re
 import time
 from pathlib import Path
 
+import lightning as L
 import numpy as np
 import pytest
 import torch
 
+import sentemb.train
 from sentemb.common.metric_names import (
     BEST_STEP,
     DEV_SPEARMAN,
@@ -36,6 +38,18 @@ def run(overrides: list[str], output_dir: Path) -> dict:
         return train(compose_train(overrides, output_dir=output_dir))
     finally:
         finish_wandb()
+
+
+def train_with(overrides: list[str], output_dir: Path, *callbacks: L.Callback) -> dict:
+    """`run` with `callbacks` added to its Trainer (a run stopped after a step, a capture, a copy of a checkpoint)."""
+    build_trainer = sentemb.train.build_trainer
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            sentemb.train,
+            "build_trainer",
+            lambda cfg, extra_callbacks=(): build_trainer(cfg, [*extra_callbacks, *callbacks]),
+        )
+        return run(overrides, output_dir)
 
 
 def test_tiny_training_run_keeps_the_best_checkpoint(tiny_overrides, tmp_path):
