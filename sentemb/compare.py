@@ -34,7 +34,7 @@ from sentemb.eval.comparison import compare_models, compare_seeds
 from sentemb.eval.report import TABLE_NAMES, with_interval
 from sentemb.eval.scorable import check_similarities
 from sentemb.eval.similarities import read_similarities
-from sentemb.eval.sts import STS_TASKS, SentencePairs, load_sts_task, sts_similarities
+from sentemb.eval.sts import STS_TASKS, SentencePairs, load_sts_task, pooled_sizes, sts_similarities
 from sentemb.runs.contenders import Contender, contender, task_names
 
 CONTENDERS_HELP = (
@@ -99,14 +99,10 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
             "compare: the contenders' jobs share no STS test score. Fix: train them with the same eval.test_tasks"
         )
     folder = out_folder(args.out)  # refused now if it exists; made only when the comparison is written
-    locks = enclosing_locks(folder, f"compare: --out {folder}", OUT_IN_USE_FIX)  # held until it is written
-    try:
+    with enclosing_locks(folder, f"compare: --out {folder}", OUT_IN_USE_FIX):  # held until it is written
         result = comparison(args, contenders, tasks, kinds, resampling)
         markdown = comparison_markdown(result)
         write_comparison(folder, result, markdown)
-    finally:
-        for lock in locks:
-            lock.release()
     return {**result, "markdown": markdown, "folder": folder}
 
 
@@ -139,7 +135,7 @@ def comparison(
     else:
         senteval = resolve_data_root(args.data_dir) / "senteval" / "downstream"
         data = {task: load_sts_task(senteval, task, ("test",)) for task in tasks}
-        largest = max(sum(len(p.gold) for p in subsets.values()) for subsets in data.values())
+        largest = max(pooled_sizes(data))
         resampling.check_fits(largest, "--resamples")  # before the bootstrap allocates its resamples
         stored = [stored_similarities(c, data) for c in contenders]  # every contender's files, before any encoding
         for c, found in zip(contenders, stored, strict=True):  # then each model to encode passes its loader's checks

@@ -328,22 +328,19 @@ def export(cfg: DictConfig) -> Path:
         raise SentembConfigError(f"out={out} is a file, not a folder: nothing is overwritten. Fix: pass a new folder")
     # out= inside a folder another live command holds (a training run's): refused like a second writer there, before
     # anything is made in it; held until the export ends
-    enclosing = enclosing_locks(out, f"out={out}", "wait for it to finish, or pass an out= outside it")
     made: Path | None = None
     lock: FolderLock | None = None
-    try:  # one export per folder: a second one into the same out= is refused before its emptiness check
-        made = make_out_folder(out)  # the lock file lives in it
-        lock = take_folder_lock(out, f"out={out}", "wait for that export to finish, or pass another out=")
-        with exit_on_sigterm():  # a SIGTERM removes the staging folder as any failure does
-            name, written = locked_export(cfg, out, lock)
-    except BaseException:  # a refused or failed export leaves no lock file and no folder of its own making
-        if lock is not None:
-            lock.release(remove=lock.claimed)
-        remove_made_folders(out, made)
-        raise
-    finally:
-        for held in enclosing:
-            held.release()
+    with enclosing_locks(out, f"out={out}", "wait for it to finish, or pass an out= outside it"):
+        try:  # one export per folder: a second one into the same out= is refused before its emptiness check
+            made = make_out_folder(out)  # the lock file lives in it
+            lock = take_folder_lock(out, f"out={out}", "wait for that export to finish, or pass another out=")
+            with exit_on_sigterm():  # a SIGTERM removes the staging folder as any failure does
+                name, written = locked_export(cfg, out, lock)
+        except BaseException:  # a refused or failed export leaves no lock file and no folder of its own making
+            if lock is not None:
+                lock.release(remove=lock.claimed)
+            remove_made_folders(out, made)
+            raise
     lock.release()  # its lock file went when the export was renamed into place: the folder holds its artefacts only
     print(f"{name}: {written} written to {out}")
     return out

@@ -77,12 +77,8 @@ def negate(cfg: DictConfig) -> tuple[int, Path]:
         negations = iter_negate_spacy(lines, str(cfg.spacy_model), batch_size, key="source")
     else:
         negations = map(negate_offline, lines)
-    locks = enclosing_locks(out, f"out={out}", "wait for it to finish, or name an out= outside it")
-    try:
+    with enclosing_locks(out, f"out={out}", "wait for it to finish, or name an out= outside it"):
         write_atomically(out, pairs(sentences(corpus), negations, total), overwrite=bool(cfg.overwrite))
-    finally:
-        for lock in locks:
-            lock.release()
     return total, out
 
 

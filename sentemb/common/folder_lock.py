@@ -22,6 +22,8 @@ import socket
 import stat
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -122,20 +124,20 @@ def take_folder_lock(folder: Path, named: str, fix: str, wait_s: float = 0.0) ->
             )
 
 
-def enclosing_locks(path: Path, named: str, fix: str) -> list[FolderLock]:
+@contextmanager
+def enclosing_locks(path: Path, named: str, fix: str) -> Iterator[list[FolderLock]]:
     """The locks of the folders above `path` that hold a lock file (a run folder, an export's out=), taken by a command
-    about to write at `path`: one another live process holds is refused (naming it, `named` and `fix`), the others
-    held until the caller releases them (their files stay: they are their folders')."""
+    about to write at `path` and held for the `with` block: one another live process holds is refused (naming it,
+    `named` and `fix`). Released however the block ends; their files stay (they are their folders')."""
     held: list[FolderLock] = []
     try:
         for folder in Path(os.path.abspath(path)).parents:
             if os.path.lexists(folder / LOCK_NAME):
                 held.append(take_folder_lock(folder, f"{named} (inside {folder})", fix))
-    except BaseException:
+        yield held
+    finally:
         for lock in held:
             lock.release()
-        raise
-    return held
 
 
 # O_NOFOLLOW: a link at the lock's name is refused, never followed (claim() truncates and writes the file it opens);

@@ -24,6 +24,7 @@ from sentemb.eval.sts import (
     STS_TASKS,
     SentencePairs,
     load_sts_task,
+    pooled_sizes,
     read_stsb_split,
     score_similarities,
     sts_intervals,
@@ -63,7 +64,7 @@ class HeldOutTasks:
 
     def largest_task(self) -> int:
         """The most pairs one of these tasks' bootstraps resamples (its subsets pooled)."""
-        return max((sum(len(pairs.gold) for pairs in subsets.values()) for subsets in self.data.values()), default=0)
+        return max(pooled_sizes(self.data), default=0)
 
     def score(self, encoder: Any, batch_size: int) -> tuple[dict[str, float], dict[str, dict[str, np.ndarray]]]:
         """({metric: value} with each score's interval bounds, STS-B's Pearson, alignment and uniformity, {task:

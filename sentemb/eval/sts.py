@@ -180,6 +180,11 @@ def correlations(predicted: np.ndarray, gold: np.ndarray, where: str = "the pair
 Embed = Callable[[list[str]], np.ndarray]
 
 
+def pooled_sizes(data: dict[str, dict[str, SentencePairs]]) -> list[int]:
+    """Each task's pairs, its subsets pooled: what one of its bootstraps resamples (`Resampling.check_fits`)."""
+    return [sum(len(pairs.gold) for pairs in subsets.values()) for subsets in data.values()]
+
+
 def sts_similarities(subsets: dict[str, SentencePairs], embed: Embed) -> dict[str, np.ndarray]:
     """{subset or split: the cosine of each pair's two embeddings}."""
     return {name: pairwise_cosine(embed(pairs.first), embed(pairs.second)) for name, pairs in subsets.items()}

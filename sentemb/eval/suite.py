@@ -41,6 +41,7 @@ from sentemb.eval.sts import (
     SentencePairs,
     load_sts_task,
     pairwise_cosine,
+    pooled_sizes,
     score_similarities,
     sts_intervals,
     sts_similarities,
@@ -243,7 +244,7 @@ def largest_resample(
     sts_data: dict[str, dict[str, SentencePairs]], transfer_data: dict[str, dict[str, Labelled]]
 ) -> int:
     """The most pairs (an STS task's subsets pooled) or test examples one bootstrap resamples in this evaluation."""
-    sizes = [sum(len(pairs.gold) for pairs in subsets.values()) for subsets in sts_data.values()]
+    sizes = pooled_sizes(sts_data)
     sizes += [len(split.labels) for data in transfer_data.values() for split in data.values()]
     return max(sizes, default=0)
 

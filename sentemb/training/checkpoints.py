@@ -80,11 +80,14 @@ def checkpoint_dir(ckpt_path: str | None, output_dir: str) -> str:
     return str(Path(ckpt_path).expanduser().resolve().parent) if ckpt_path else str(run_checkpoints(output_dir))
 
 
-def check_checkpoint_path(ckpt_path: str | None, cfg: Mapping[str, Any] | None = None, key: str = "ckpt_path") -> None:
+def check_checkpoint_path(
+    ckpt_path: str | None, cfg: Mapping[str, Any] | None = None, key: str = "ckpt_path"
+) -> dict[str, Any] | None:
     """ckpt_path, when set: a whole sentemb checkpoint (read with its tensors left on disk, nothing in it run) of the
-    model, pooling and head that `cfg` builds, all before any corpus is read or model built."""
+    model, pooling and head that `cfg` builds, all before any corpus is read or model built. Returns what it read
+    (None without ckpt_path), so later checks of the same file need not read and CRC-check it again."""
     if not ckpt_path:
-        return
+        return None
     checkpoint = read_checkpoint(ckpt_path, key=key, mmap=True)
     # without cfg: the file and its parts alone
     parts = ("model", "pooling", "head", "adapter") if cfg is not None else ()
@@ -94,6 +97,7 @@ def check_checkpoint_path(ckpt_path: str | None, cfg: Mapping[str, Any] | None =
     )
     check_checkpoint_parts(checkpoint["hyper_parameters"], asked, ckpt_path, key or "ckpt_path", fix)
     check_best_tracking(checkpoint, ckpt_path, f"{key}={ckpt_path}" if key else str(ckpt_path))
+    return checkpoint
 
 
 # ---- what a checkpoint holds ----

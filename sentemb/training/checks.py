@@ -50,8 +50,9 @@ def prepare_run(cfg: DictConfig) -> CorpusReport:
     check_model(cfg.model)  # an unreachable hub fails here, in seconds
     # a long sentence past the position embeddings would stop training with an IndexError at some later step
     check_length_fits(resolved_container(cfg.model), cfg.data.get("max_length"))
-    check_checkpoint_path(cfg.get("ckpt_path"), cfg)  # whole, a sentemb checkpoint, of this model
-    check_resumed_negatives(cfg.get("ckpt_path"), cfg)  # of this negatives part, its state (ESimCSE's queue) sound
+    resumed = check_checkpoint_path(cfg.get("ckpt_path"), cfg)  # whole, a sentemb checkpoint, of this model
+    # of this negatives part, its state (ESimCSE's queue) sound: the file as just read, not read and CRC-checked again
+    check_resumed_negatives(cfg.get("ckpt_path"), cfg, resumed)
     cfg.paths.data_dir = str(resolve_data_root(cfg.paths.data_dir))
     report = check_corpus(Path(cfg.data.corpus).expanduser(), streaming=bool(cfg.data.get("streaming")))
     check_corpus_fills_batch(report, cfg.data.get("batch_size"), processes(cfg.trainer))

@@ -440,16 +440,20 @@ def resumed_rows_allowed(queue: MomentumQueue, cfg: Mapping[str, Any]) -> int:
     return max(queue.queue_size, batch * devices * int(trainer.get("num_nodes") or 1))
 
 
-def check_resumed_negatives(ckpt_path: str | None, cfg: Mapping[str, Any]) -> None:
+def check_resumed_negatives(
+    ckpt_path: str | None, cfg: Mapping[str, Any], checkpoint: Mapping[str, Any] | None = None
+) -> None:
     """The checkpoint a run resumes from (ckpt_path, the run folder's last.ckpt in a resume in place), before any
     model loads: it was trained with the negatives part this run asks for (a resume continues a run, with the state
     its part saved: a SimCSE checkpoint has no momentum encoder nor queue to go on with), and that part's state in it
     is one the part can take (the part's `check_resumed_state`; a part without one keeps no state, so none may be
-    there). Read with its tensors left on disk (`read_checkpoint`, which has checked the file itself)."""
+    there). `checkpoint`: the file as `check_checkpoint_path` read it; else read with its tensors left on disk
+    (`read_checkpoint`, which has checked the file itself)."""
     if not ckpt_path:
         return
     named = f"ckpt_path={ckpt_path}"
-    checkpoint = read_checkpoint(ckpt_path, mmap=True)
+    if checkpoint is None:
+        checkpoint = read_checkpoint(ckpt_path, mmap=True)
     asked = resolved_container(cfg.get("negatives")) or None
     saved_name = part_name((checkpoint.get("hyper_parameters") or {}).get("negatives"))
     asked_name = part_name(asked)
