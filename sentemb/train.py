@@ -48,10 +48,8 @@ def train(cfg: DictConfig, before_build: Callable[[DictConfig], None] | None = N
     module = SentembModule.from_config(cfg)
     # a hub model the pre-run checks could not read (not stored yet): its positions, before the first batch
     check_loaded_length(module.encoder.backbone, resolved_container(cfg.model), cfg.data.get("max_length"))
-    # SNCSE's soft negatives (the top-level `soft_negatives` node, null: off) are the datamodule's third view
-    datamodule = instantiate(
-        cfg.data, tokenizer=module.encoder.tokenizer, soft_negatives=resolved_container(cfg.get("soft_negatives"))
-    )
+    # the views the step parts read beyond the anchor and positive, made by the data
+    datamodule = instantiate(cfg.data, tokenizer=module.encoder.tokenizer, views=module.data_views())
     trainer = build_trainer(cfg, extra_callbacks=[dev_eval])
     for logger in trainer.loggers:
         logger.log_hyperparams({k: resolved_container(v) for k, v in cfg.items() if k != "hydra"})  # all of it

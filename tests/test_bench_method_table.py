@@ -178,10 +178,10 @@ def test_each_method_composes_with_its_own_settings_and_the_shared_ones(method, 
     assert (cfg.get("negatives") or {}).get("queue_size") == (160 if "esimcse" in method else None)
     assert cfg.data.dup_rate == (0.32 if "esimcse" in method else 0.0)
     if "sncse" in method:
-        assert cfg.soft_negatives.source == "rule" and cfg.soft_negatives.weight == 1e-3
+        assert cfg.auxiliary.source == "rule" and cfg.auxiliary.weight == 1e-3
         assert cfg.pooling.positive_template == script.SNCSE_TEMPLATE
     else:
-        assert cfg.get("soft_negatives") is None
+        assert cfg.get("auxiliary") is None
     assert list(cfg.callbacks)[0] == "step_clock" and cfg.callbacks.get("last_checkpoint") is None
     assert compose_train(["experiment=simcse_minilm", "pooling=hicl"]).data.max_length == 32  # why HiCL's is set
 

@@ -11,14 +11,15 @@ import torch
 from transformers import AutoTokenizer, DataCollatorWithPadding
 
 import sentemb.data.negation
-from sentemb.common.batch_views import NEGATIVE, POSITIVE, view_batch
+from sentemb.common.batch_views import ANCHOR, prefix, view_batch
 from sentemb.data.datamodule import UnsupervisedTextDataModule
 from sentemb.data.negation import negate_offline
 from sentemb.data.repetition import repeat_tokens, sentence_rng
-from sentemb.data.views import ViewCollator
+from sentemb.data.views import NEGATION, ViewCollator
 from sentemb.encoders.models.backbones import packaged_model_path, pretrained_tokenizer, tiny_roberta_tokenizer
 
 ANCHOR_KEYS = {"input_ids", "token_type_ids", "attention_mask"}
+POSITIVE, NEGATIVE = prefix("positive"), prefix(NEGATION)  # the views' key prefixes
 POSITIVE_KEYS = {f"{POSITIVE}{key}" for key in ANCHOR_KEYS}
 NEGATIVE_KEYS = {f"{NEGATIVE}{key}" for key in ANCHOR_KEYS}
 SOFT_NEGATIVES = {  # the config node: the loss-side fields (alpha, beta, weight) are not the datamodule's
@@ -58,9 +59,9 @@ def sentences_of(corpus: Path) -> list[str]:
     return [line for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def rows(batch, prefix: str = "") -> list[list[int]]:
+def rows(batch, role: str = ANCHOR) -> list[list[int]]:
     """A view's rows without their padding (the attention mask's ones, on whichever side the padding is)."""
-    view = view_batch(batch, prefix)
+    view = view_batch(batch, role)
     return [ids[mask.bool()].tolist() for ids, mask in zip(view["input_ids"], view["attention_mask"], strict=True)]
 
 
@@ -90,7 +91,7 @@ def test_without_views_the_batch_is_what_it_was(small_corpus, tokenizer):
     before = DataCollatorWithPadding(tokenizer)([{k: v[i] for k, v in encoded.items()} for i in range(8)])
     assert type(batch) is type(before) and batch.keys() == before.keys() == ANCHOR_KEYS
     assert all(torch.equal(batch[key], before[key]) for key in before)
-    assert view_batch(batch, POSITIVE) is None and view_batch(batch, NEGATIVE) is None
+    assert view_batch(batch, "positive") is None and view_batch(batch, NEGATION) is None
     assert view_batch(batch).keys() == ANCHOR_KEYS
 
 
@@ -99,12 +100,12 @@ def test_the_positive_view_is_the_anchor_with_tokens_repeated(small_corpus, toke
     widths = set()
     for number, batch in enumerate(batches(data, 6)):
         assert batch.keys() == ANCHOR_KEYS | POSITIVE_KEYS
-        anchors, positives = rows(batch), rows(batch, POSITIVE)
+        anchors, positives = rows(batch), rows(batch, "positive")
         for row, (anchor, positive) in enumerate(zip(anchors, positives, strict=True)):
             index = number * 8 + row  # shuffle=False: the non-blank lines in order
             assert positive == repeat_tokens(anchor, 0.3, sentence_rng(5, index))
             assert len(anchor) <= len(positive) <= len(anchor) + 9, "the copy is not truncated again"
-        positive = view_batch(batch, POSITIVE)
+        positive = view_batch(batch, "positive")
         # padded on its own: to its own longest row
         assert positive["input_ids"].shape == positive["attention_mask"].shape == positive["token_type_ids"].shape
         assert positive["input_ids"].shape == (8, max(map(len, positives)))
@@ -119,7 +120,7 @@ def test_the_positive_view_is_the_anchor_with_tokens_repeated(small_corpus, toke
 
 
 def test_the_soft_negative_view_is_each_sentences_negation(small_corpus, tokenizer, negations):
-    data = datamodule(small_corpus, tokenizer, shuffle=False, dup_rate=0.3, soft_negatives=SOFT_NEGATIVES)
+    data = datamodule(small_corpus, tokenizer, shuffle=False, dup_rate=0.3, views={NEGATION: SOFT_NEGATIVES})
     assert negations and negations[0] == {
         "source": "rule",
         "path": None,
@@ -131,8 +132,8 @@ def test_the_soft_negative_view_is_each_sentences_negation(small_corpus, tokeniz
         assert batch.keys() == ANCHOR_KEYS | POSITIVE_KEYS | NEGATIVE_KEYS
         texts = [negation(sentence) for sentence in sentences[number * 8 : number * 8 + 8]]
         expected = tokenizer(texts, truncation=True, max_length=32)
-        assert rows(batch, NEGATIVE) == expected["input_ids"]
-        negative = view_batch(batch, NEGATIVE)
+        assert rows(batch, NEGATION) == expected["input_ids"]
+        negative = view_batch(batch, NEGATION)
         assert negative["input_ids"].shape == (8, max(map(len, expected["input_ids"])))
         assert negative["token_type_ids"].shape == negative["input_ids"].shape
     assert max(map(len, data.train_set[NEGATIVE + "input_ids"])) == 32, "truncated to max_length"
@@ -140,11 +141,13 @@ def test_the_soft_negative_view_is_each_sentences_negation(small_corpus, tokeniz
 
 def test_soft_negatives_alone_add_only_the_third_view(small_corpus, tokenizer):
     """The real source=rule (the parser-free rule): each row's third view is its sentence's negation."""
-    data = datamodule(small_corpus, tokenizer, shuffle=False, soft_negatives={**SOFT_NEGATIVES, "lookup_quirk": False})
+    data = datamodule(
+        small_corpus, tokenizer, shuffle=False, views={NEGATION: {**SOFT_NEGATIVES, "lookup_quirk": False}}
+    )
     batch = next(iter(data.train_dataloader()))
     assert batch.keys() == ANCHOR_KEYS | NEGATIVE_KEYS
     expected = tokenizer([negate_offline(s) for s in sentences_of(small_corpus)[:8]], truncation=True, max_length=32)
-    assert rows(batch, NEGATIVE) == expected["input_ids"]
+    assert rows(batch, NEGATION) == expected["input_ids"]
 
 
 def test_each_view_is_padded_on_the_tokenizers_side_with_its_pad_id(negations):
@@ -168,15 +171,15 @@ def test_each_view_is_padded_on_the_tokenizers_side_with_its_pad_id(negations):
 
 
 def test_a_tokenizer_without_token_types_gives_views_without_them(small_corpus, negations):
-    data = datamodule(small_corpus, tiny_roberta_tokenizer(), dup_rate=0.3, soft_negatives=SOFT_NEGATIVES)
+    data = datamodule(small_corpus, tiny_roberta_tokenizer(), dup_rate=0.3, views={NEGATION: SOFT_NEGATIVES})
     batch = next(iter(data.train_dataloader()))
     assert batch.keys() == {
-        f"{prefix}{key}" for prefix in ("", POSITIVE, NEGATIVE) for key in ("input_ids", "attention_mask")
+        f"{start}{key}" for start in ("", POSITIVE, NEGATIVE) for key in ("input_ids", "attention_mask")
     }
 
 
 def test_two_datamodules_give_the_same_batches_and_a_resume_goes_on_with_the_next(small_corpus, tokenizer, negations):
-    options = {"dup_rate": 0.3, "soft_negatives": SOFT_NEGATIVES}
+    options = {"dup_rate": 0.3, "views": {NEGATION: SOFT_NEGATIVES}}
     first, second = datamodule(small_corpus, tokenizer, **options), datamodule(small_corpus, tokenizer, **options)
     assert same(batches(first, 5), batches(second, 5))
     other_seed = datamodule(small_corpus, tokenizer, **{**options, "seed": 6})
@@ -195,7 +198,7 @@ def test_two_datamodules_give_the_same_batches_and_a_resume_goes_on_with_the_nex
 
 
 def test_a_streamed_corpus_gives_each_sentence_the_same_views(small_corpus, tokenizer, negations):
-    options = {"dup_rate": 0.3, "soft_negatives": SOFT_NEGATIVES}
+    options = {"dup_rate": 0.3, "views": {NEGATION: SOFT_NEGATIVES}}
     in_memory = datamodule(small_corpus, tokenizer, **options).train_set
     by_anchor = {tuple(row["input_ids"]): row for row in in_memory}
     streamed = UnsupervisedTextDataModule(small_corpus, tokenizer, batch_size=8, seed=5, streaming=True, **options)
@@ -203,7 +206,7 @@ def test_a_streamed_corpus_gives_each_sentence_the_same_views(small_corpus, toke
     seen = batches(streamed, 5)
     for batch in seen:
         assert batch.keys() == ANCHOR_KEYS | POSITIVE_KEYS | NEGATIVE_KEYS
-        for anchor, positive, negative in zip(rows(batch), rows(batch, POSITIVE), rows(batch, NEGATIVE), strict=True):
+        for anchor, positive, negative in zip(rows(batch), rows(batch, "positive"), rows(batch, NEGATION), strict=True):
             row = by_anchor[tuple(anchor)]
             assert positive == row[POSITIVE + "input_ids"] and negative == row[NEGATIVE + "input_ids"]
     resumed = UnsupervisedTextDataModule(small_corpus, tokenizer, batch_size=8, seed=5, streaming=True, **options)

@@ -22,8 +22,8 @@ from sentemb.common.hydra_plumbing import resolved_container
 from sentemb.common.metric_names import TEST_SPEARMAN
 from sentemb.encoders.models.backbones import tiny_roberta_tokenizer
 from sentemb.training.checks import check_parts
-from sentemb.training.dclr import EXCLUDED_SHARE, DCLRNegatives, PoolerOutput, TrainingRepresentation
 from sentemb.training.module import SentembModule
+from sentemb.training.negatives.dclr import EXCLUDED_SHARE, DCLRNegatives, PoolerOutput, TrainingRepresentation
 from sentemb.training.sharding import STRATEGY_TARGET
 from tests.conftest import compose_train
 from tests.test_ddp_gradients import StepLoss, rank_rows, spawned

@@ -104,7 +104,7 @@ def conf_dir(tmp_path: Path) -> Path:
 @pytest.fixture
 def declared(monkeypatch):
     """The test's parts, declared as a module of sentemb declares them, for this test only."""
-    monkeypatch.setattr(parts, "REGISTRY", {kind: dict(entries) for kind, entries in parts.REGISTRY.items()})
+    monkeypatch.setattr(parts, "REGISTRY", {kind: dict(parts.registered(kind)) for kind in parts.KINDS})
     monkeypatch.setattr(families, "FAMILIES", dict(families.FAMILIES))
     part("loss", "align_uniform")(AlignUniform)
     part(

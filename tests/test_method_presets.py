@@ -116,7 +116,7 @@ TINY = {
 }
 # what a tiny preset may change in its base preset: the model, the run's size, CPU precision, the queue's length
 TINY_CHANGES = {"task_name", "data.batch_size", "negatives.queue_size", "trainer.precision", "trainer.max_steps"}
-TINY_CHANGES |= {"eval.every_n_steps", "soft_negatives.source"}
+TINY_CHANGES |= {"eval.every_n_steps", "auxiliary.source"}
 TINY_CHANGES |= {"head.generator", "negatives.complementary"}  # DiffCSE's and DCLR's offline stand-ins
 METHOD_PREFIXES = ("esimcse_", "sncse_", "hicl_", "sarcse_", "diffcse_", "dclr_", "focal_diffcse_", "focal_dclr_")
 # HiCL A.4: stage 1's α grid, stage 2's learning rates per method
@@ -171,13 +171,13 @@ def test_preset_holds_the_papers_values(name, tmp_path):
         assert (cfg.negatives.queue_size, cfg.negatives.momentum) == (want["queue_size"], 0.995)
         assert cfg.negatives.convention == "paper"
     if want["weight"] is None:
-        assert choice(cfg, "soft_negatives") is None and cfg.get("soft_negatives") is None
+        assert choice(cfg, "auxiliary") is None and cfg.get("auxiliary") is None
     else:
-        assert choice(cfg, "soft_negatives") == "sncse"
-        margin = cfg.soft_negatives
+        assert choice(cfg, "auxiliary") == "sncse"
+        margin = cfg.auxiliary
         assert (margin.weight, margin.alpha, margin.beta) == (want["weight"], 0.1, 0.3)
-        assert cfg.soft_negatives.source == "rule" and cfg.soft_negatives.convention == "paper"
-        assert cfg.soft_negatives.lookup_quirk is None, "the paper convention's lookup"
+        assert cfg.auxiliary.source == "rule" and cfg.auxiliary.convention == "paper"
+        assert cfg.auxiliary.lookup_quirk is None, "the paper convention's lookup"
         assert (cfg.pooling.template, cfg.pooling.positive_template) == (ANCHOR_TEMPLATE, POSITIVE_TEMPLATE)
         assert cfg.pooling.mlp == "train"
 
@@ -226,7 +226,7 @@ def test_diffcse_presets_hold_the_released_script(backbone, tmp_path):
     )
     assert head.convention == "paper"
     assert cfg.trainer.precision == FP16 and cfg.eval.every_n_steps == 125 and cfg.eval.select == "stsb_dev"
-    assert cfg.get("negatives") is None and cfg.get("soft_negatives") is None
+    assert cfg.get("negatives") is None and cfg.get("auxiliary") is None
 
 
 @pytest.mark.parametrize("backbone", sorted(DIFFCSE_UNVERIFIED))
@@ -257,7 +257,7 @@ def test_dclr_presets_hold_the_released_script(backbone, tmp_path):
     assert (negatives.complementary, negatives.convention) == (want["complementary"], "paper")
     # DCLR selects on the average of STS-B and SICK-R dev, which sentemb has not: STS-B dev selects, SICK-R is scored
     assert (cfg.eval.every_n_steps, cfg.eval.select, cfg.eval.score_sickr_dev) == (125, "stsb_dev", True)
-    assert choice(cfg, "head") is None and cfg.get("soft_negatives") is None
+    assert choice(cfg, "head") is None and cfg.get("auxiliary") is None
 
 
 @pytest.mark.parametrize("name", sorted(FOCAL_ON))
@@ -270,7 +270,7 @@ def test_focal_on_a_method_is_the_method_with_focal_infonce(name, tmp_path):
     assert choice(focal, "loss") == focal.loss.name == "focal"
     assert (focal.loss.tau, focal.loss.m) == FOCAL[backbone] == (table_1.loss.tau, table_1.loss.m)
     assert (focal.loss.symmetric, focal.loss.convention) == (False, "paper")
-    for group in ("model", "pooling", "head", "negatives", "soft_negatives"):
+    for group in ("model", "pooling", "head", "negatives", "auxiliary"):
         assert choice(focal, group) == choice(base, group), group
     small, large = flat(focal), flat(base)
     changed = {k for k in small.keys() | large.keys() if small.get(k) != large.get(k)}
@@ -285,7 +285,7 @@ def test_tiny_preset_is_its_base_preset_at_toy_size(name, tmp_path):
     assert choice(tiny, "model") == model and tiny.task_name == name
     assert (tiny.data.batch_size, tiny.trainer.precision) == (16, FP32)
     assert 0 < tiny.trainer.max_steps <= 20 and 0 < tiny.eval.every_n_steps <= tiny.trainer.max_steps
-    for group in ("pooling", "loss", "negatives", "soft_negatives", "head"):
+    for group in ("pooling", "loss", "negatives", "auxiliary", "head"):
         assert choice(tiny, group) == choice(full, group), group
     if choice(tiny, "negatives") == "momentum":
         assert tiny.negatives.queue_size == 40, "ESimCSE's 2.5 × the batch"
@@ -293,8 +293,8 @@ def test_tiny_preset_is_its_base_preset_at_toy_size(name, tmp_path):
         assert tiny.negatives.complementary == "initial", "offline"
     if choice(tiny, "head") == "diffcse":
         assert tiny.head.generator in ("tiny", "uniform"), "offline"
-    if tiny.get("soft_negatives"):
-        assert tiny.soft_negatives.source == "rule", "offline"
+    if tiny.get("auxiliary"):
+        assert tiny.auxiliary.source == "rule", "offline"
     small, large = flat(tiny), flat(full)
     changed = {k for k in small.keys() | large.keys() if small.get(k) != large.get(k)}
     assert changed <= TINY_CHANGES, f"{name} changes {sorted(changed - TINY_CHANGES)} of {base}"

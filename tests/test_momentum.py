@@ -16,7 +16,9 @@ from sentemb.common.hydra_plumbing import resolved_container
 from sentemb.losses import build
 from sentemb.training.checks import check_parts, prepare_run
 from sentemb.training.module import SentembModule
-from sentemb.training.momentum import MomentumQueue, check_resumed_negatives, ema_update, sentence_keys
+from sentemb.training.negatives.base import check_resumed_negatives
+from sentemb.training.negatives.ema import ema_update
+from sentemb.training.negatives.momentum import MomentumQueue, sentence_keys
 from tests.conftest import compose_train
 from tests.test_ddp_gradients import StepLoss, rank_rows, spawned
 from tests.test_resume import resumed_losses, stopped_and_resumed
@@ -26,7 +28,7 @@ SENTENCES = [
     "a woman slices an onion", "stocks fell sharply on monday", "hi", "the weather is nice today",
     "children are playing football in the park near the school",
 ]  # fmt: skip
-PARTS = ("model", "pooling", "loss", "optimizer", "scheduler", "negatives", "soft_negatives")
+PARTS = ("model", "pooling", "loss", "optimizer", "scheduler", "negatives", "auxiliary")
 
 
 def module_of(overrides: list[str], tmp_path) -> SentembModule:

@@ -152,7 +152,7 @@ def test_an_unsupported_backbone_falls_back_to_padded_batches_and_says_so(caplog
 
     from sentemb.common import parts
 
-    monkeypatch.setattr(parts, "REGISTRY", {kind: dict(entries) for kind, entries in parts.REGISTRY.items()})
+    monkeypatch.setattr(parts, "REGISTRY", {kind: dict(parts.registered(kind)) for kind in parts.KINDS})
     name = parts.register_part("model.backbone", sys.modules[__name__].tiny_distilbert)
     model = {
         "backbone": {"name": name},

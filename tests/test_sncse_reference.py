@@ -1,4 +1,4 @@
-"""SNCSE's `soft_negatives.convention=reference` against the released training's token rows (findings 19 and 20).
+"""SNCSE's `auxiliary.convention=reference` against the released training's token rows (findings 19 and 20).
 
 Source: Sense-GVT/SNCSE @faa013eae581ad1bebb0b313520364e31bde7e25, SNCSE/train_SNCSE.py, `prepare_features`, the
 `Different_Prompt_Negation` branch (lines 489-541, the one its `__main__` selects at lines 674-678), restated below
@@ -45,15 +45,15 @@ NEGATIONS = {
     SENTENCES[5]: "Not " + SENTENCES[5],
 }
 RELEASED_OVERRIDES = [
-    "soft_negatives=sncse",
+    "auxiliary=sncse",
     "pooling=prompt",
-    "soft_negatives.convention=reference",
+    "auxiliary.convention=reference",
     f"pooling.template='{SNCSE_REFERENCE_TEMPLATES[0]}'",
     f"pooling.positive_template='{SNCSE_REFERENCE_TEMPLATES[1]}'",
     f"pooling.max_length={MAX_LENGTH}",
 ]
 PAPER_OVERRIDES = [
-    "soft_negatives=sncse",
+    "auxiliary=sncse",
     "pooling=prompt",
     f"pooling.template='{PROMPTBERT_TEMPLATE}'",
     f"pooling.positive_template='{SNCSE_POSITIVE_TEMPLATE}'",
@@ -97,13 +97,13 @@ def released_rows(tokenizer, sentences: list[str], negation: dict[str, str], rob
 def sentemb_rows(overrides: list[str], model: str, negations: Path, tmp_path: Path) -> tuple[list[list[int]], object]:
     """The anchor, positive and negation rows sentemb trains on: the data views (`encode_views`, the collator) through
     the prompt pooling's `training_batch`, real tokens only; [anchors..., positives..., negations...]."""
-    file = ["soft_negatives.source=file", f"soft_negatives.path={negations}", f"data.max_length={MAX_LENGTH}"]
+    file = ["auxiliary.source=file", f"auxiliary.path={negations}", f"data.max_length={MAX_LENGTH}"]
     cfg = compose_train([f"model={model}", *overrides, *file], tmp_path)
     check_parts(cfg)
     torch.manual_seed(0)
     module = SentembModule.from_config(cfg)
     tokenizer = module.encoder.tokenizer
-    views = SoftNegatives.from_config(resolved_container(cfg.soft_negatives))
+    views = SoftNegatives.from_config(resolved_container(cfg.auxiliary))
     columns = encode_views(SENTENCES, range(len(SENTENCES)), tokenizer, MAX_LENGTH, soft_negatives=views)
     batch = ViewCollator(tokenizer)([{k: v[i] for k, v in columns.items()} for i in range(len(SENTENCES))])
     rows = module.encoder.pooling.training_batch(dict(batch), tokenizer)
@@ -135,9 +135,7 @@ def test_the_paper_form_differs_from_the_released_rows_where_the_docs_say(model,
     template's pieces without the released spaces (finding 20: no lone-space token after the opening quote, no space
     before the closing one; the tiny BPE has no merged space-quote, so here its rows are two tokens shorter and the
     sentence gets those two); for WordPiece the spaces make no difference, so a punctuated sentence's rows agree."""
-    rows, tokenizer = sentemb_rows(
-        [*PAPER_OVERRIDES, "soft_negatives.lookup_quirk=true"], model, negation_file, tmp_path
-    )
+    rows, tokenizer = sentemb_rows([*PAPER_OVERRIDES, "auxiliary.lookup_quirk=true"], model, negation_file, tmp_path)
     released = released_rows(tokenizer, SENTENCES, NEGATIONS, roberta)
     assert rows[1] != released[1][0], "'The cat sat on the mat' without its ' .'"
     if roberta:
@@ -151,9 +149,9 @@ def test_the_paper_form_differs_from_the_released_rows_where_the_docs_say(model,
     ("overrides", "message"),
     [
         ([*RELEASED_OVERRIDES, f"pooling.template='{PROMPTBERT_TEMPLATE}'"], "pooling.template="),
-        (["soft_negatives=sncse", "soft_negatives.convention=reference"], "pooling=cls"),
-        ([*RELEASED_OVERRIDES, "soft_negatives.lookup_quirk=false"], "lookup_quirk=false with .*convention=reference"),
-        ([*RELEASED_OVERRIDES, "soft_negatives.convention=released"], "soft_negatives.convention='released'"),
+        (["auxiliary=sncse", "auxiliary.convention=reference"], "pooling=cls"),
+        ([*RELEASED_OVERRIDES, "auxiliary.lookup_quirk=false"], "lookup_quirk=false with .*convention=reference"),
+        ([*RELEASED_OVERRIDES, "auxiliary.convention=released"], "auxiliary.convention='released'"),
     ],
     ids=["paper-template", "no-prompt", "lookup-off", "unknown"],
 )

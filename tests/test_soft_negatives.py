@@ -6,17 +6,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sentemb.common.batch_views import NEGATIVE, POSITIVE
+from sentemb.common.batch_views import POSITIVE, prefix
 from sentemb.common.errors import SentembConfigError
 from sentemb.data.negation import negate_offline
+from sentemb.data.views import NEGATION
 from sentemb.encoders.poolings.templates import PROMPTBERT_TEMPLATE, SNCSE_POSITIVE_TEMPLATE
+from sentemb.training.auxiliary.sncse import bidirectional_margin
 from sentemb.training.checks import check_parts
 from sentemb.training.module import SentembModule
-from sentemb.training.soft_negatives import bidirectional_margin
 from tests.conftest import compose_train
 
 SENTENCES = ["a man is playing a guitar .", "the cat sits on the mat", "stocks fell sharply on monday", "hi"]
-SNCSE = ["soft_negatives=sncse", "pooling=prompt", f"pooling.positive_template='{SNCSE_POSITIVE_TEMPLATE}'"]
+SNCSE = ["auxiliary=sncse", "pooling=prompt", f"pooling.positive_template='{SNCSE_POSITIVE_TEMPLATE}'"]
 
 
 def test_bml_is_the_spec_equation():
@@ -43,7 +44,7 @@ def batch_with_negations(module: SentembModule) -> dict[str, torch.Tensor]:
     tokenizer = module.encoder.tokenizer
     batch = dict(tokenizer(SENTENCES, padding=True, return_tensors="pt"))
     negations = dict(tokenizer([negate_offline(s) for s in SENTENCES], padding=True, return_tensors="pt"))
-    return {**batch, **{f"{NEGATIVE}{key}": value for key, value in negations.items()}}
+    return {**batch, **{f"{prefix(NEGATION)}{key}": value for key, value in negations.items()}}
 
 
 def sncse_module(tmp_path, extra: list[str] = ()) -> SentembModule:
@@ -59,7 +60,7 @@ def test_the_third_view_goes_through_the_same_forward_with_the_positive_template
     monkeypatch.setattr(module.encoder.backbone, "forward", lambda **kw: calls.append(kw) or forward(**kw))
     views = module.training_views(batch)
     assert len(calls) == 1, "one forward over the 3B rows"
-    assert views.soft_negative is not None and views.soft_negative.shape == views.z1.shape
+    assert views.view(NEGATION, "a test").shape == views.z1.shape
     tokenizer = module.encoder.tokenizer
     prepared = module.encoder.training_batch(batch)
     rows = zip(prepared["input_ids"], prepared["attention_mask"], strict=True)
@@ -75,7 +76,7 @@ def test_a_training_step_adds_lambda_times_bml_beside_the_loss(tmp_path):
     batch = batch_with_negations(module)
     backward, total, logged = module.step_loss(batch)
     views = module.training_views(batch)
-    expected_bml = bidirectional_margin(views.z1, views.z2, views.soft_negative, 0.1, 0.3)
+    expected_bml = bidirectional_margin(views.z1, views.z2, views.view(NEGATION, "a test"), 0.1, 0.3)
     expected = module.loss(views.z1, views.z2).loss + 1e-3 * expected_bml
     # dropout 0: the same rows in the same forward twice; float32 sums
     torch.testing.assert_close(total, expected, rtol=1e-6, atol=1e-7)
@@ -105,9 +106,9 @@ def test_hicl_slices_all_three_views_and_composes_with_the_queue(tmp_path):
          f"pooling.positive_template='{SNCSE_POSITIVE_TEMPLATE}'"],
     )  # fmt: skip
     batch = batch_with_negations(module)
-    batch = {**batch, **{f"{POSITIVE}{k}": batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}}
+    batch = {**batch, **{f"{prefix(POSITIVE)}{k}": batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}}
     views = module.training_views(batch)
-    assert views.soft_negative.shape == views.z1.shape == (4, 32)
+    assert views.view(NEGATION, "a test").shape == views.z1.shape == (4, 32)
     logged = module.step_loss(batch)[2]
     assert {"train/loss/local", "train/loss/soft_negative", "train/loss/global"} <= set(logged)
     module.step_loss(batch)
@@ -118,11 +119,11 @@ def test_hicl_slices_all_three_views_and_composes_with_the_queue(tmp_path):
 @pytest.mark.parametrize(
     ("overrides", "key"),
     [
-        (["soft_negatives.alpha=0.5"], "soft_negatives.alpha"),
-        (["soft_negatives.weight=-1"], "soft_negatives.weight"),
-        (["soft_negatives.source=oracle"], "soft_negatives.source"),
-        (["soft_negatives.source=file"], "path"),
-        (["soft_negatives.source=file", "soft_negatives.path=/no/such/negations.jsonl"], "negations.jsonl"),
+        (["auxiliary.alpha=0.5"], "auxiliary.alpha"),
+        (["auxiliary.weight=-1"], "auxiliary.weight"),
+        (["auxiliary.source=oracle"], "auxiliary.source"),
+        (["auxiliary.source=file"], "path"),
+        (["auxiliary.source=file", "auxiliary.path=/no/such/negations.jsonl"], "negations.jsonl"),
         (["pooling.positive_template='no mask here'"], "pooling.positive_template"),
     ],
 )

@@ -1,31 +1,50 @@
-"""The views a training batch carries, by key: the anchor's rows, and optionally a positive and a soft negative.
+"""The views a training batch carries, in order, each under a role: the anchor, its positive, then any others.
 
 A batch from sentemb.data holds the anchor (view 1) under the tokenizer's own names (`input_ids`,
-`attention_mask`, `token_type_ids`). ESimCSE's word repetition adds the positive view under
-`positive_<name>`; SNCSE's soft negatives add each sentence's negation under `negative_<name>`.
-Without them the positive view is the anchor's rows again (unsupervised SimCSE: dropout alone makes
-the pair). Each group is padded on its own; `stacked_views` lays them out as the backbone's rows:
-anchor rows, then positive rows, then (if any) soft-negative rows, one forward over 2B or 3B rows.
+`attention_mask`, `token_type_ids`); every other view holds the same keys under its role's prefix,
+`<role>_input_ids`, ...: `positive_` for the positive (a repeated-token copy, a labelled pair's second
+sentence), and whatever roles the data was asked for after it (a negation, a hard negative), in the order
+the batch holds them. Without a positive of its own the positive view is the anchor's rows again
+(unsupervised SimCSE: dropout alone makes the pair). Each view is padded on its own; `stacked_views` lays
+them out as the backbone's rows, view after view, one forward over (views × B) rows. A part that reads a
+view asks for it by role (`TrainingViews.view`); nothing here knows what a role means.
 """
 
 from __future__ import annotations
 
 import torch
 
-POSITIVE = "positive_"  # ESimCSE: the copy with repeated tokens (view 2)
-NEGATIVE = "negative_"  # SNCSE: the sentence's negation (the soft negative, view 3)
+ANCHOR = "anchor"  # view 1: the plain names
+POSITIVE = "positive"  # view 2: the anchor's own rows again unless the batch carries one
 ROW_KEYS = ("input_ids", "attention_mask", "token_type_ids")
+IDS = "input_ids"
 
 
-def view_batch(batch: dict[str, torch.Tensor], prefix: str = "") -> dict[str, torch.Tensor] | None:
+def prefix(role: str) -> str:
+    """The key prefix of a view's rows: none for the anchor, `<role>_` for any other."""
+    return "" if role == ANCHOR else f"{role}_"
+
+
+def carried_roles(batch: dict[str, torch.Tensor]) -> list[str]:
+    """The roles of the views the batch itself carries beyond the anchor, in the batch's order."""
+    return [key[: -len(IDS) - 1] for key in batch if key.endswith(f"_{IDS}")]
+
+
+def view_roles(batch: dict[str, torch.Tensor]) -> list[str]:
+    """Every training view's role, in the order the views are laid out: anchor, positive, then the others."""
+    return [ANCHOR, POSITIVE, *(role for role in carried_roles(batch) if role != POSITIVE)]
+
+
+def view_batch(batch: dict[str, torch.Tensor], role: str = ANCHOR) -> dict[str, torch.Tensor] | None:
     """One view's rows under the plain names (`input_ids`, ...), or None when the batch does not carry that view."""
-    if f"{prefix}input_ids" not in batch:
+    start = prefix(role)
+    if f"{start}{IDS}" not in batch:
         return None
-    return {key: batch[f"{prefix}{key}"] for key in ROW_KEYS if f"{prefix}{key}" in batch}
+    return {key: batch[f"{start}{key}"] for key in ROW_KEYS if f"{start}{key}" in batch}
 
 
 def anchor_batch(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The anchor's rows alone (what encode() and the momentum encoder see)."""
+    """The anchor's rows alone (what encode() and a momentum encoder see)."""
     view = view_batch(batch)
     if view is None:
         raise KeyError("a training batch without input_ids")
@@ -33,15 +52,9 @@ def anchor_batch(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def training_view_batches(batch: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
-    """[anchor, positive] or [anchor, positive, soft negative]; the positive is the anchor's rows when absent."""
+    """Every view's rows in `view_roles` order; the positive is the anchor's rows when the batch carries none."""
     anchor = anchor_batch(batch)
-    views = [anchor, view_batch(batch, POSITIVE) or anchor]
-    negative = view_batch(batch, NEGATIVE)
-    return views if negative is None else [*views, negative]
-
-
-def has_soft_negatives(batch: dict[str, torch.Tensor]) -> bool:
-    return f"{NEGATIVE}input_ids" in batch
+    return [view_batch(batch, role) or anchor for role in view_roles(batch)]
 
 
 def pad_columns(value: torch.Tensor, width: int, pad: int, left: bool) -> torch.Tensor:
@@ -66,5 +79,5 @@ def stacked_views(
 
 
 def has_views(batch: dict[str, torch.Tensor]) -> bool:
-    """Whether the batch carries a view of its own beyond the anchor (a positive or a soft negative)."""
-    return f"{POSITIVE}input_ids" in batch or f"{NEGATIVE}input_ids" in batch
+    """Whether the batch carries a view of its own beyond the anchor."""
+    return bool(carried_roles(batch))

@@ -7,7 +7,8 @@ A config names a part by its registry name (`pooling: {name: cls, mlp: train}`):
 registered parts, and a name is looked up here, never imported. The declaration holds the facts that
 used to live in tables far from the part: which backbones it serves (and why not the others), how it
 exports, how a loader's position limit is read. A package's parts register when the package is
-imported (`import_parts`: every module of the package, so a new file is found without editing a list).
+imported (`import_parts`: every module of the package, so a new file is found without editing a list), and a
+kind's package is imported when the kind is first looked up (`KIND_PACKAGES`).
 Parts of your own register from Python the same way (`register_part`) before you build.
 """
 
@@ -23,7 +24,19 @@ from typing import Any
 
 from sentemb.common.errors import SentembConfigError
 
-KINDS = ("loss", "pooling", "head", "model.backbone", "model.tokenizer", "negatives", "soft_negatives")
+# each kind of part and the package whose modules declare its parts, imported when the kind is first looked up
+# (`registered`): a part is found wherever a config names it (a checkpoint loaded in a fresh process too), and a new
+# module of the package registers without an import added anywhere
+KIND_PACKAGES = {
+    "loss": "sentemb.losses",
+    "pooling": "sentemb.encoders.poolings",
+    "head": "sentemb.encoders.heads",
+    "model.backbone": "sentemb.encoders.models",
+    "model.tokenizer": "sentemb.encoders.models",
+    "negatives": "sentemb.training.negatives",
+    "auxiliary": "sentemb.training.auxiliary",
+}
+KINDS = tuple(KIND_PACKAGES)
 ENCODERS, DECODERS, BOTH = "encoders", "decoders", "both"
 # how a pooling or head leaves in an exported folder: sentence-transformers' own modules (no sentemb needed to load),
 # sentemb's module (sentemb_config.json), or left out because it only trains (the folder embeds with its pooling)
@@ -64,6 +77,14 @@ REGISTRY: dict[str, dict[str, Part]] = {kind: {} for kind in KINDS}
 def check_kind(kind: str) -> None:
     if kind not in REGISTRY:
         raise SentembConfigError(f"{kind!r} is not a part kind. Fix: one of {', '.join(KINDS)}")
+
+
+def registered(kind: str) -> dict[str, Part]:
+    """The `kind` parts by name, once the kind's package (`KIND_PACKAGES`, sentemb's own: never a name read from a
+    file) has been imported, so its every module has registered."""
+    check_kind(kind)
+    importlib.import_module(KIND_PACKAGES[kind])  # Python's module cache: imported once
+    return REGISTRY[kind]
 
 
 def register_part(
@@ -110,8 +131,7 @@ def part(kind: str, name: str, **declared: Any) -> Callable[[Any], Any]:
 
 def lookup(kind: str, name: Any) -> Part:
     """The registered `kind` part called `name`, else refused naming the key and the names it may be."""
-    check_kind(kind)
-    found = REGISTRY[kind].get(name) if isinstance(name, str) else None
+    found = registered(kind).get(name) if isinstance(name, str) else None
     if found is None:
         raise unknown_part(kind, "name", name)
     return found
@@ -163,7 +183,7 @@ def part_config(kind: str, node: Any) -> PartConfig:
 def unknown_part(kind: str, key: str, value: Any) -> SentembConfigError:
     """The refusal of a `kind` part config whose `key` (its name, or an old `_target_`) names no registered part."""
     return SentembConfigError(
-        f"{kind}.{key}={value!r} is not one of sentemb's {kind} parts ({', '.join(sorted(REGISTRY[kind]))}): "
+        f"{kind}.{key}={value!r} is not one of sentemb's {kind} parts ({', '.join(sorted(registered(kind)))}): "
         f"refused, nothing was imported or run. Fix: one of those names (conf/{kind.split('.')[0]}/ has a config "
         f"for each); a part of your own is a class with @part({kind!r}, <name>) in a module sentemb imports "
         "(docs/layout.md: adding a part), or sentemb.common.parts.register_part from your own script"
@@ -174,8 +194,7 @@ def named_by_path(kind: str, target: str) -> str | None:
     """The registry name of the `kind` part an old config's `_target_` path named: the registered part with that exact
     path, or a sentemb part whose class or loader has that Python name (sentemb's modules have moved over time; a
     path is matched against the registry, never imported). None: no registered part."""
-    check_kind(kind)
-    for entry in REGISTRY[kind].values():
+    for entry in registered(kind).values():
         if entry.path == target:
             return entry.name
     if not target.startswith("sentemb."):
@@ -184,7 +203,7 @@ def named_by_path(kind: str, target: str) -> str | None:
     return next(
         (
             e.name
-            for e in REGISTRY[kind].values()
+            for e in registered(kind).values()
             if e.build.__module__.startswith("sentemb.") and e.build.__name__ == leaf
         ),
         None,
@@ -198,7 +217,7 @@ def declared_part(obj: Any) -> Part | None:
 
 def names(kind: str, where: Callable[[Part], bool] = lambda _: True) -> list[str]:
     """The registered names of `kind` (those `where` keeps), sorted."""
-    return sorted(name for name, entry in REGISTRY[kind].items() if where(entry))
+    return sorted(name for name, entry in registered(kind).items() if where(entry))
 
 
 def import_parts(package: str, path: Iterable[str]) -> None:

@@ -29,7 +29,7 @@ from sentemb.common.errors import SentembConfigError
 from sentemb.data.corpus import CorpusReport
 from sentemb.data.repetition import check_dup_rate
 from sentemb.data.streaming import ShuffledLineStream, StreamPosition
-from sentemb.data.views import SoftNegatives, ViewCollator, encode_views
+from sentemb.data.views import SoftNegatives, ViewCollator, encode_views, view_makers
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +84,9 @@ def tokenize_rows(
 
 class UnsupervisedTextDataModule(L.LightningDataModule):
     """Batches of tokenised sentences; the module encodes each batch twice (two dropout views), or its own views:
-    with `dup_rate` > 0 ESimCSE's repeated copy as the positive, with `soft_negatives` (the `soft_negatives` config
-    node: source, path, lookup_quirk, spacy_model; its loss fields ignored here) SNCSE's negation as a third view.
-    The batch's keys: `sentemb.data.views`."""
+    with `dup_rate` > 0 ESimCSE's repeated copy as the positive, and the extra views the training parts ask for
+    (`views`: role → the asking part's options, `view_makers`; e.g. SNCSE's `negation`, made from its source, path,
+    lookup_quirk and spacy_model). The batch's keys: `sentemb.data.views`."""
 
     def __init__(
         self,
@@ -100,7 +100,7 @@ class UnsupervisedTextDataModule(L.LightningDataModule):
         streaming: bool = False,
         shuffle_buffer: int = 10_000,
         dup_rate: float = 0.0,
-        soft_negatives: Mapping[str, Any] | None = None,
+        views: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         super().__init__()
         check_batching(batch_size, max_length)
@@ -115,7 +115,7 @@ class UnsupervisedTextDataModule(L.LightningDataModule):
         self.streaming = streaming
         self.shuffle_buffer = shuffle_buffer
         self.dup_rate = dup_rate
-        self.soft_negatives = SoftNegatives.from_config(soft_negatives)
+        self.soft_negatives = view_makers(views)
         self.train_set: Dataset | None = None
         self._resumed_position: dict | None = None
 

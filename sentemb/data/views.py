@@ -6,14 +6,16 @@ View 1, the anchor, is every batch's rows under the tokenizer's own names (`inpu
 - data.dup_rate > 0 (ESimCSE): the positive view, each sentence with a few tokens repeated
   (`sentemb.data.repetition`), under `positive_input_ids`, `positive_attention_mask` (all 1) and, when the tokenizer
   gives token types, `positive_token_type_ids` (all 0);
-- soft_negatives (SNCSE): the third view, each sentence's negation (`sentemb.data.negation`), tokenised and
-  truncated to data.max_length, under `negative_input_ids`, `negative_attention_mask` (+ `negative_token_type_ids`).
-  Under soft_negatives.convention=reference the anchor (and so the positive made from it) is the sentence as
+- a `negation` view (asked for by SNCSE's margin term, `auxiliary=sncse`): each sentence's negation
+  (`sentemb.data.negation`), tokenised and truncated to data.max_length, under `negation_input_ids`,
+  `negation_attention_mask` (+ `negation_token_type_ids`).
+  Under auxiliary.convention=reference the anchor (and so the positive made from it) is the sentence as
   SNCSE's training reads it, " ." appended when it lacks final punctuation (`SoftNegatives.anchors`).
 
-Without them a batch holds exactly the anchor's keys. Each view is padded on its own, to its own longest row, on
-the tokenizer's padding side with its pad id (`ViewCollator`); `view_batch` reads one view back under the plain
-names.
+Without them a batch holds exactly the anchor's keys. A view other than the anchor is keyed by its role
+(`sentemb.common.batch_views.prefix`); the parts that read it ask for it by that role. Each view is padded on its
+own, to its own longest row, on the tokenizer's padding side with its pad id (`ViewCollator`); `view_batch` reads
+one view back under the plain names.
 """
 
 from __future__ import annotations
@@ -27,12 +29,11 @@ import torch
 from transformers import PreTrainedTokenizerBase
 from transformers.data.data_collator import pad_without_fast_tokenizer_warning
 
-from sentemb.common.batch_views import NEGATIVE, POSITIVE
+from sentemb.common.batch_views import POSITIVE, carried_roles, prefix
+from sentemb.common.errors import SentembConfigError
 from sentemb.data.repetition import repeat_tokens, sentence_rng
 
-# the view keys are one fact, shared with the encoders that lay the views out as rows (sentemb.common.batch_views)
-ANCHOR = ""  # view 1: the plain names
-PREFIXES = (POSITIVE, NEGATIVE)
+NEGATION = "negation"  # the view of each sentence's negation (SNCSE's soft negative)
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,19 @@ class SoftNegatives:
         )
 
 
+def view_makers(views: Mapping[str, Mapping[str, Any]] | None) -> SoftNegatives | None:
+    """The data's makers of the extra views the training parts ask for (role → the asking part's options): the
+    `negation` view from its source; a role no maker here knows is refused before any data is read."""
+    views = dict(views or {})
+    unknown = sorted(set(views) - {NEGATION})
+    if unknown:
+        raise SentembConfigError(
+            f"a training part asks for a {unknown[0]!r} view, which sentemb.data cannot make (it makes: {NEGATION}). "
+            "Fix: a part that reads the views the data makes, or a maker for that view in sentemb/data/views.py"
+        )
+    return SoftNegatives.from_config(views.get(NEGATION))
+
+
 def encode_views(
     sentences: list[str],
     indices: Sequence[int],
@@ -108,16 +122,17 @@ def encode_views(
             repeat_tokens(row, dup_rate, sentence_rng(seed, index))
             for row, index in zip(encoded["input_ids"], indices, strict=True)
         ]
-        encoded[f"{POSITIVE}input_ids"] = ids
-        encoded[f"{POSITIVE}attention_mask"] = [[1] * len(row) for row in ids]
+        positive = prefix(POSITIVE)
+        encoded[f"{positive}input_ids"] = ids
+        encoded[f"{positive}attention_mask"] = [[1] * len(row) for row in ids]
         if "token_type_ids" in encoded:
-            encoded[f"{POSITIVE}token_type_ids"] = [[0] * len(row) for row in ids]
+            encoded[f"{positive}token_type_ids"] = [[0] * len(row) for row in ids]
     if soft_negatives is not None:
         negations = soft_negatives.negations(list(sentences))
         if len(negations) != len(sentences):
             raise RuntimeError(f"{len(negations)} soft negatives for {len(sentences)} sentences")
         negative = tokenizer(negations, truncation=True, max_length=max_length)
-        encoded.update({f"{NEGATIVE}{key}": values for key, values in negative.items()})
+        encoded.update({f"{prefix(NEGATION)}{key}": values for key, values in negative.items()})
     return encoded
 
 
@@ -132,16 +147,17 @@ class ViewCollator:
     def __call__(self, features: list[Mapping[str, Any]]) -> Mapping[str, torch.Tensor]:
         groups: dict[str, list[dict[str, Any]]] = {}
         for feature in features:
+            starts = [prefix(role) for role in carried_roles(feature)]  # every view's but the anchor's (no prefix)
             split: dict[str, dict[str, Any]] = {}
             for key, value in feature.items():
-                prefix = next((p for p in PREFIXES if key.startswith(p)), ANCHOR)
-                split.setdefault(prefix, {})[key[len(prefix) :]] = value
-            for prefix, rows in split.items():
-                groups.setdefault(prefix, []).append(rows)
-        batch = self.pad(groups.pop(ANCHOR))
-        for prefix, rows in groups.items():
+                start = next((p for p in starts if key.startswith(p)), "")
+                split.setdefault(start, {})[key[len(start) :]] = value
+            for start, rows in split.items():
+                groups.setdefault(start, []).append(rows)
+        batch = self.pad(groups.pop(""))
+        for start, rows in groups.items():
             for key, value in self.pad(rows).items():
-                batch[f"{prefix}{key}"] = value
+                batch[f"{start}{key}"] = value
         return batch
 
     def pad(self, rows: list[dict[str, Any]]) -> Mapping[str, torch.Tensor]:

@@ -14,10 +14,8 @@ from typing import Any
 
 import torch
 
-import sentemb.losses  # noqa: F401 (the losses register, for checkpoints' `loss` configs)
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.parts import register_part  # noqa: F401 (its public home before)
-from sentemb.encoders import heads, models, poolings  # noqa: F401 (importing a package registers its parts)
 from sentemb.encoders.checkpoint import (
     check_checkpoint_serves,
     check_stored_sizes,
@@ -26,7 +24,6 @@ from sentemb.encoders.checkpoint import (
     read_checkpoint,
 )
 from sentemb.encoders.encoder import SentenceEncoder
-from sentemb.encoders.heads.diffcse import discriminator_start
 from sentemb.encoders.models.adapters import (
     base_fingerprint,
     base_model,
@@ -40,7 +37,8 @@ from sentemb.encoders.part_configs import EncoderConfig, ModelConfig, checked_pa
 
 
 def attach_head(pooler: Any, head: Any) -> Any:
-    """A head around the pooling (MNTP keeps the pooling's vector) or in its place (SARCSE; the pooling may refuse)."""
+    """A head around the pooling (one that keeps the pooling's vector, `wraps_pooling`) or in its place (the pooling
+    may refuse: `with_head`)."""
     return head.around(pooler) if getattr(head, "wraps_pooling", False) else pooler.with_head(head)
 
 
@@ -90,12 +88,13 @@ def check_checkpoint_parts(hparams: dict, asked: dict, path: str | Path, key: st
         raise SentembConfigError(f"{key}={path} (its hyper_parameters.model): {err}") from None
 
 
-def backbone_options(model: ModelConfig, needs_lm_head: bool) -> dict[str, Any]:
+def backbone_options(model: ModelConfig, output_layer: bool) -> dict[str, Any]:
     """What the backbone loader is called with besides its own options: dropout (SimCSE's augmentation) as each family
-    names it, a decoder's attention direction and, for the MNTP head, the causal-LM model with its lm_head."""
+    names it, a decoder's attention direction and, for a head that asks for it (`loads_output_layer`), the causal-LM
+    model with its lm_head."""
     if model.decoder:
         options: dict[str, Any] = {"bidirectional": model.bidirectional, "dropout": model.dropout}
-        return options | ({"with_lm_head": True} if needs_lm_head else {})
+        return options | ({"with_lm_head": True} if output_layer else {})
     # BERT/RoBERTa: model.dropout sets the hidden and attention dropout
     dropout = model.dropout
     return {} if dropout is None else {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
@@ -107,23 +106,24 @@ def build_encoder(
     """Backbone + tokenizer from `model`, pooling from `pooling` (sized to the backbone), optional `head` and LoRA
     `adapter` (peft); or all of them as one `EncoderConfig` already checked.
 
-    A head that makes the sentence vector itself (SARCSE) takes the pooling's place, or with HiCL
-    the place of the per-segment pooling; the pooling refuses a head it cannot take. MNTP's head
-    keeps the pooling and reads the decoder's lm_head.
+    A head takes the pooling's place or goes around it (`attach_head`); what it needs from the loaded backbone
+    it declares on its class (`loads_output_layer`, `built_with`).
     """
     # all checked before anything is built: a bad pooling costs no backbone load
     config = model if isinstance(model, EncoderConfig) else EncoderConfig.checked(model, pooling, head, adapter)
     settings = config.model
-    backbone = settings.backbone.build(**backbone_options(settings, config.needs_lm_head))
+    head_class = config.head.entry.build if config.head is not None else None
+    output_layer = bool(head_class is not None and head_class.loads_output_layer)
+    backbone = settings.backbone.build(**backbone_options(settings, output_layer))
     lm_head = None
-    if config.needs_lm_head:  # the causal-LM model: its decoder is the backbone, its lm_head MNTP's output layer
+    if output_layer:  # the causal-LM model: its decoder is the backbone, its lm_head the head's output layer
         lm_head, backbone = backbone.get_output_embeddings(), backbone.get_decoder()
     if settings.decoder:
         check_attention_direction(backbone, settings.bidirectional)
     if settings.init_from:
         load_initial_weights(backbone, settings.raw)
-    # DiffCSE's discriminator starts from the pretrained weights, whole and trainable (no freezing, no adapter)
-    extra: dict[str, Any] = {"backbone": discriminator_start(backbone)} if config.needs_backbone_copy else {}
+    # what the head takes from the backbone as loaded, before any layer is frozen or an adapter added
+    extra = head_class.built_with(backbone, lm_head) if head_class is not None else {}
     if settings.trainable_layers is not None:
         freeze_all_but_top_layers(backbone, settings.trainable_layers)
     if settings.gradient_checkpointing:  # transformers' own; torch's checkpoint replays the dropout masks
@@ -141,7 +141,6 @@ def build_encoder(
     size = base_model(backbone).config.hidden_size
     pooler = config.pooling.build(hidden_size=size)
     if config.head is not None:
-        extra |= {"lm_head": lm_head} if config.needs_lm_head else {}
         pooler = attach_head(
             pooler, config.head.build(hidden_size=size, special_ids=tokenizer.all_special_ids, **extra)
         )

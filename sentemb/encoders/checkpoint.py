@@ -16,11 +16,9 @@ from typing import Any
 
 import torch
 
-import sentemb.losses  # noqa: F401 (the losses register: a checkpoint's loss is read by its name)
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.file_values import Shape, checked
 from sentemb.common.parts import KINDS, named_by_path, unknown_part
-from sentemb.encoders import heads, models, poolings  # noqa: F401 (importing a package registers its parts)
 from sentemb.encoders.models.model_files import check_declared_sizes
 
 # types beyond torch's weights-only set that sentemb checkpoints hold: none (rng_states keeps numpy's state as tensors)
@@ -39,15 +37,16 @@ HPARAMS = (
     "grad_cache",
     "compile",
     "adapter",
-    "negatives",  # ESimCSE's momentum queue (sentemb.training.momentum)
-    "soft_negatives",  # SNCSE's margin loss (sentemb.training.soft_negatives)
+    "negatives",  # a negatives part (sentemb/training/negatives/)
+    "auxiliary",  # an auxiliary term (sentemb/training/auxiliary/)
 )
 RETIRED_HPARAMS = ("gather_negatives",)  # saved by older checkpoints, read by nothing now
+RENAMED_HPARAMS = {"soft_negatives": "auxiliary"}  # older checkpoints' names of today's hyper-parameters
 # what SentembModule saves as hyper-parameters: parts by their registry names (sentemb.common.parts), looked up when
 # built; `_target_` stands at the optimizer and scheduler (torch's and transformers' own, checked by name before
 # Lightning builds them) and, in checkpoints written before registry names, at the parts (`current_part` reads them)
 HPARAMS_SHAPE = Shape(
-    keys={"": (*HPARAMS, *RETIRED_HPARAMS)},
+    keys={"": (*HPARAMS, *RETIRED_HPARAMS, *RENAMED_HPARAMS)},
     targets=("model.backbone", "model.tokenizer", "pooling", "head", "loss", "optimizer", "scheduler"),
 )
 BASE_SHAPE = Shape(keys={"": ("name", "config_sha256")})
@@ -56,6 +55,11 @@ BACKBONE_WEIGHTS = "encoder.backbone."  # the backbone's keys in a checkpoint's 
 
 # keys older checkpoints carry that no constructor takes any more (HiCL's length now lives in data.max_length)
 RETIRED_KEYS = {("pooling", "hicl"): ("train_max_length",)}
+
+
+def renamed_hparams(hparams: dict[str, Any]) -> dict[str, Any]:
+    """Hyper-parameters under today's names (`RENAMED_HPARAMS`), the retired ones dropped."""
+    return {RENAMED_HPARAMS.get(key, key): value for key, value in hparams.items() if key not in RETIRED_HPARAMS}
 
 
 def current_part(kind: str, node: Any) -> Any:
@@ -185,8 +189,9 @@ def check_stored_sizes(checkpoint: dict[str, Any], named: str = "checkpoint") ->
 
 def current_hparams(hparams: dict[str, Any]) -> dict[str, Any]:
     """A checkpoint's hyper-parameters with every part config read by `current_part` (model loaders, pooling, head,
-    loss); the optimizer and scheduler are torch's and transformers' and keep their `_target_`."""
-    hparams = dict(hparams)
+    loss), under today's names (`renamed_hparams`); the optimizer and scheduler are torch's and transformers' and keep
+    their `_target_`."""
+    hparams = renamed_hparams(hparams)
     model = hparams.get("model")
     if isinstance(model, dict):
         hparams["model"] = {

@@ -14,6 +14,7 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from sentemb.common.batch_views import view_roles
 from sentemb.encoders.models.decoders import is_decoder
 from sentemb.encoders.models.padding_free import (
     enable_padding_free,
@@ -54,7 +55,7 @@ class SentenceEncoder(nn.Module):
         self, batch: dict[str, torch.Tensor], backbone: nn.Module | None = None
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The backbone's token states for `batch` after the pooling's own input preparation (template, slices);
-        `backbone`: another copy of the backbone (ESimCSE's momentum encoder) instead of this encoder's own."""
+        `backbone`: another copy of the backbone (a momentum encoder) instead of this encoder's own."""
         batch = self.pooling.prepare(batch, self.tokenizer)
         return self.backbone_states(batch, backbone), batch
 
@@ -83,9 +84,11 @@ class SentenceEncoder(nn.Module):
         return self.pooling.training_rows(self.backbone_states(prepared), prepared)
 
     def training_views(self, batch: dict[str, torch.Tensor]) -> TrainingViews:
-        """Both dropout views in one forward over the doubled batch (unsup. SimCSE); train-only heads on."""
+        """Every view's embeddings in one forward over their rows (unsup. SimCSE: the batch twice, two dropout views),
+        train-only heads on, each view named by its role (`view_roles`)."""
         prepared = self.training_batch(batch)
-        return self.pooling.training_views(self.training_rows(prepared), prepared, batch["input_ids"].shape[0])
+        views = self.pooling.training_views(self.training_rows(prepared), prepared, batch["input_ids"].shape[0])
+        return views.named(view_roles(batch))
 
     def forward(
         self, batch: dict[str, torch.Tensor], train_head: bool = False, backbone: nn.Module | None = None

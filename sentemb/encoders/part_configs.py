@@ -124,16 +124,6 @@ class EncoderConfig:
     head: PartConfig | None
     adapter: dict[str, Any] | None
 
-    @property
-    def needs_lm_head(self) -> bool:
-        """The head predicts tokens through the decoder's lm_head (MNTP): the causal-LM model is loaded."""
-        return bool(self.head is not None and getattr(self.head.entry.build, "needs_lm_head", False))
-
-    @property
-    def needs_backbone_copy(self) -> bool:
-        """The head starts a model of its own from the pretrained backbone's weights (DiffCSE's discriminator)."""
-        return bool(self.head is not None and getattr(self.head.entry.build, "needs_backbone_copy", False))
-
     @classmethod
     def checked(
         cls, model: dict, pooling: dict, head: dict | None = None, adapter: dict | None = None

@@ -17,7 +17,7 @@ direction cat(h, q). K = 0 or None computes exactly the loss without negatives. 
 them is declared per class, readable before anything is built: `Objective.negatives_refusal(config)`
 is None, or the reason as one sentence (a loss with no negatives' denominator refuses them).
 
-False negatives (DCLR's instance weights, sentemb/training/dclr.py): `forward(z1, z2, negatives, excluded)`
+False negatives (DCLR's instance weights, sentemb/training/negatives/dclr.py): `forward(z1, z2, negatives, excluded)`
 with `excluded` an (N, N + K) bool tensor, True where candidate j is a false negative of anchor i: it is
 then no negative of that anchor (never True on the diagonal: a positive is not a negative). Each loss
 that takes extra negatives removes those candidates from its negatives (its docstring says how, by

@@ -195,11 +195,10 @@ class CheckpointContents:
         backbone, and every module's extra state (`get_extra_state`)."""
         keys = {name for name, p in self.named_parameters() if p.requires_grad}
         keys |= {name for name in persistent_buffers(self) if not name.startswith(BACKBONE)}
-        # a part's own copies of trained weights (ESimCSE's momentum encoder: ξ's copies of the adapter's weights)
+        # a negatives part's own copies of trained weights (a momentum encoder: ξ's copies of the adapter's weights)
         for prefix, owner in self.named_modules():
-            saved = getattr(owner, "saved_with_adapter", None)
-            if callable(saved):
-                keys |= {f"{prefix}.{name}" if prefix else name for name in saved()}
+            if isinstance(owner, KeepsTrainedCopies):
+                keys |= {f"{prefix}.{name}" if prefix else name for name in owner.saved_with_adapter()}
         return keys | extra_state_keys(self)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -214,6 +213,15 @@ class CheckpointContents:
                 )
         if self._trainer is not None and "rng_states" in checkpoint:  # resuming a fit, not loading for evaluation
             set_rng_states(checkpoint["rng_states"])
+
+
+class KeepsTrainedCopies:
+    """A part that holds copies of trained weights of its own (a negatives part's momentum encoder): an adapter run's
+    checkpoint keeps the keys it names (`saved_with_adapter`) beside the trained weights."""
+
+    def saved_with_adapter(self) -> set[str]:
+        """State-dict keys (relative to the part) an adapter run's checkpoint keeps: none by default."""
+        return set()
 
 
 def persistent_buffers(module: nn.Module) -> list[str]:

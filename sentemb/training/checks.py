@@ -25,14 +25,13 @@ from sentemb.data.streaming import check_streaming
 from sentemb.encoders.build import attach_head, check_length_fits
 from sentemb.encoders.models.backbones import check_model
 from sentemb.encoders.models.decoders import warn_without_dropout
-from sentemb.encoders.part_configs import EncoderConfig, checked_part
+from sentemb.encoders.part_configs import EncoderConfig, build_part, checked_part
+from sentemb.training import auxiliary, negatives
 from sentemb.training.callbacks import check_every_n_steps
 from sentemb.training.checkpoints import check_checkpoint_path
-from sentemb.training.dclr import DCLRNegatives  # noqa: F401  (registers negatives=dclr for check_negatives)
 from sentemb.training.grad_cache import check_grad_cache
-from sentemb.training.momentum import check_negatives, check_resumed_negatives
+from sentemb.training.negatives.base import check_resumed_negatives
 from sentemb.training.sharding import check_sharding, devices_asked
-from sentemb.training.soft_negatives import check_soft_negatives
 from sentemb.training.trainer import check_devices
 
 MAX_SEED = 2**32 - 1  # numpy's (Lightning's seed_everything seeds it too)
@@ -95,8 +94,7 @@ def check_parts(cfg: DictConfig) -> None:
     if parts.head is not None:  # the head's own options, then whether the pooling accepts it
         head = parts.head.build(hidden_size=toy, special_ids=[])
         attach_head(pooling, head)
-        if hasattr(head, "check_sources"):  # a model the head loads at fit start (DiffCSE's generator) is there
-            head.check_sources()
+        head.check_sources()  # a model the head loads at fit start is there
     if parts.model.decoder and (parts.head is None or parts.head.options.get("contrastive", True)):
         warn_without_dropout(parts.model.raw)  # MNTP alone trains without dropout on purpose
     check_grad_cache(cfg.get("grad_cache"), cfg.data.batch_size)
@@ -108,13 +106,30 @@ def check_parts(cfg: DictConfig) -> None:
         check_seed(cfg.data.seed, "data.seed")
     check_streaming(cfg.data, cfg.trainer)
     check_sharding(cfg)  # trainer=fsdp: several processes, a precision FSDP2 takes
-    # negatives=momentum, negatives=dclr: the part's own checks (a loss with negatives, no FSDP, ...)
-    parts = {key: resolved_container(cfg.get(key)) for key in ("negatives", "loss", "adapter", "model")}
-    # the trainer's strategy and devices only: its other fields interpolate Hydra's run folder, unset in a sweep's
-    # check; the batch size (DCLR's noise rows are a multiple of it)
-    trainer = {key: resolved_container(cfg.trainer.get(key)) for key in ("strategy", "devices")}
-    check_negatives({**parts, "trainer": trainer, "data": {"batch_size": cfg.data.get("batch_size")}})
-    # its options, its source readable, and under its reference convention the pooling's templates
-    check_soft_negatives(resolved_container(cfg.get("soft_negatives")), resolved_container(cfg.get("pooling")))
+    check_step_parts(cfg)
     if cfg.get("optimized_metric"):  # a typo would otherwise surface only when the job ends
         check_metric_name(cfg.optimized_metric)
+
+
+# the part kinds a step adds to the encoder and loss (training/module.py), each with the base its parts subclass
+STEP_PARTS = {"negatives": negatives.NegativesPart, "auxiliary": auxiliary.AuxiliaryTerm}
+
+
+def check_step_parts(cfg: DictConfig) -> None:
+    """Each configured step part built from its config (its constructor checks its options; nothing is copied or
+    loaded until the module tracks the encoder), then its own `check_config` against the run's parts: the loss, the
+    pooling, the adapter and model, the trainer's strategy and devices (its other fields interpolate Hydra's run
+    folder, unset in a sweep's check) and the batch size."""
+    parts = {key: resolved_container(cfg.get(key)) for key in (*STEP_PARTS, "loss", "pooling", "adapter", "model")}
+    trainer = {key: resolved_container(cfg.trainer.get(key)) for key in ("strategy", "devices")}
+    run = {**parts, "trainer": trainer, "data": {"batch_size": cfg.data.get("batch_size")}}
+    for kind, base in STEP_PARTS.items():
+        if parts[kind]:
+            built = build_part(kind, parts[kind])
+            if not isinstance(built, base):
+                raise SentembConfigError(
+                    f"{kind}={parts[kind].get('name')}: {type(built).__name__} is not a {base.__name__}, the base "
+                    f"every {kind} part subclasses (docs/layout.md: adding a part). Fix: subclass "
+                    f"{base.__module__}.{base.__name__}"
+                )
+            built.check_config(run)

@@ -19,30 +19,35 @@ from lightning.pytorch.plugins.precision import MixedPrecision
 from lightning.pytorch.strategies import ModelParallelStrategy
 from lightning.pytorch.utilities import GradClipAlgorithmType
 from omegaconf import DictConfig
+from torch import nn
 
+from sentemb.common.batch_views import view_roles
 from sentemb.common.errors import SentembConfigError, TrainingDiverged
 from sentemb.common.hydra_plumbing import resolved_container
 from sentemb.encoders.build import build_encoder
-from sentemb.encoders.checkpoint import read_checkpoint
+from sentemb.encoders.checkpoint import HPARAMS, read_checkpoint, renamed_hparams
 from sentemb.encoders.models.adapters import is_adapted
 from sentemb.encoders.part_configs import build_part, checked_part
 from sentemb.encoders.poolings.base import TrainingViews
 from sentemb.losses import LossOutput
 from sentemb.losses.base import LazyStats
+from sentemb.training.auxiliary import AuxiliaryTerm
 from sentemb.training.checkpoints import CheckpointContents
-from sentemb.training.dclr import DCLRNegatives  # noqa: F401  (registers negatives=dclr)
 from sentemb.training.distributed import gather_with_grad, world_size
 from sentemb.training.grad_cache import GradCache
-from sentemb.training.momentum import NegativesPart, StepNegatives
+from sentemb.training.negatives import NegativesPart, StepNegatives
 from sentemb.training.sharding import shard_encoder
-from sentemb.training.soft_negatives import SoftNegativeMargin
 
 log = logging.getLogger(__name__)
 
 
 class SentembModule(CheckpointContents, L.LightningModule):
     """What a checkpoint holds beyond Lightning's own (RNG streams, an adapter run's trained weights, every part's
-    state) is `CheckpointContents`' (sentemb/training/checkpoints.py)."""
+    state) is `CheckpointContents`' (sentemb/training/checkpoints.py).
+
+    The recipe: an encoder (`model`, `pooling`, `head`, `adapter`), the global `loss`, and the step parts a config
+    names by kind (`negatives=`: extra and false negatives; `auxiliary=`: a term beside the loss), each built from the
+    registry of parts by name; no parameter names a method."""
 
     def __init__(
         self,
@@ -56,22 +61,26 @@ class SentembModule(CheckpointContents, L.LightningModule):
         compile: bool = False,
         adapter: dict[str, Any] | None = None,
         negatives: dict[str, Any] | None = None,
-        soft_negatives: dict[str, Any] | None = None,
+        auxiliary: dict[str, Any] | None = None,
+        **stored: Any,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
+        # a checkpoint written under older names (`renamed_hparams`): its parts under today's, nothing else taken
+        renamed = renamed_hparams(stored)
+        if set(renamed) - {"auxiliary"}:
+            raise TypeError(f"SentembModule got unexpected keyword arguments {sorted(set(renamed) - {'auxiliary'})}")
+        auxiliary = renamed.get("auxiliary", auxiliary)
         self.encoder = build_encoder(model, pooling, head, adapter)
         # an adapter run's checkpoints hold its trained weights only (CheckpointContents); the base is rebuilt
         self.strict_loading = not is_adapted(self.encoder.backbone)
-        # a negatives part (sentemb.training.momentum.NegativesPart): ESimCSE's momentum encoder and queue, DCLR's
-        # noise and false negatives; it takes what it copies of the encoder now, before compile and any checkpoint
-        self.negatives: NegativesPart | None = build_part("negatives", negatives) if negatives else None
-        if self.negatives is not None:
-            self.negatives.track(self.encoder)
-        # SNCSE's bidirectional margin loss on the soft negatives (the batch's third view)
-        self.soft_negatives: SoftNegativeMargin | None = (
-            build_part("soft_negatives", soft_negatives) if soft_negatives else None
-        )
+        # the negatives part (sentemb/training/negatives/; none: the base part, which adds nothing); it takes what it
+        # copies of the encoder now, before compile and any checkpoint
+        self.negatives: NegativesPart = build_part("negatives", negatives) if negatives else NegativesPart()
+        self.negatives.track(self.encoder)
+        # the auxiliary terms beside the loss (sentemb/training/auxiliary/)
+        terms: list[AuxiliaryTerm] = [build_part("auxiliary", auxiliary)] if auxiliary else []
+        self.auxiliary = nn.ModuleList(terms)
         if compile:  # in place: parameter names (and checkpoints) stay those of the eager backbone
             self.encoder.backbone.compile(dynamic=True)  # dynamic: every batch packs another number of tokens
         self.loss = build_part("loss", loss)  # a registered objective by name (sentemb.common.parts)
@@ -98,10 +107,13 @@ class SentembModule(CheckpointContents, L.LightningModule):
     @classmethod
     def from_config(cls, cfg: DictConfig | Mapping[str, Any]) -> SentembModule:
         """The module of a composed train config (conf/train.yaml), or of its parts already resolved: the one way
-        train, tests and benchmarks build it."""
-        parts = ("model", "pooling", "loss", "optimizer", "scheduler", "head", "adapter", "negatives", "soft_negatives")
-        parts = {key: resolved_container(cfg.get(key)) for key in parts}
-        return cls(**parts, grad_cache=resolved_container(cfg.get("grad_cache")), compile=bool(cfg.get("compile")))
+        train, tests and benchmarks build it. Its keys are the hyper-parameters a checkpoint holds (`HPARAMS`)."""
+        parts = {key: resolved_container(cfg.get(key)) for key in HPARAMS}
+        return cls(**{**parts, "compile": bool(parts["compile"])})
+
+    def data_views(self) -> dict[str, dict[str, Any]]:
+        """The views the step parts read that the data must make: role → the options its maker reads."""
+        return {role: options for term in self.auxiliary for role, options in term.data_views().items()}
 
     def configure_model(self) -> None:
         """trainer=fsdp (Lightning's ModelParallelStrategy): the encoder sharded over the data-parallel ranks, each
@@ -110,11 +122,10 @@ class SentembModule(CheckpointContents, L.LightningModule):
             shard_encoder(self, self.device_mesh["data_parallel"])
 
     def on_train_epoch_start(self) -> None:
-        if self.negatives is not None:  # e.g. the released ESimCSE empties its queue at each epoch (reference)
-            self.negatives.on_epoch_start(self.current_epoch)
+        self.negatives.on_epoch_start(self.current_epoch)  # e.g. a queue emptied at each epoch (a reference)
 
     def on_fit_start(self) -> None:
-        self.encoder.pooling.prepare_training(self.encoder.tokenizer)  # e.g. SARCSE's corpus token frequencies
+        self.encoder.pooling.prepare_training(self.encoder.tokenizer)  # e.g. a head's corpus token frequencies
         total = sum(p.numel() for p in self.parameters())
         trainable = sum(p.numel() for p in self.parameters() if p.requires_grad)
         if self._trainer is None or self.trainer.is_global_zero:  # one line per job, not per rank
@@ -126,7 +137,9 @@ class SentembModule(CheckpointContents, L.LightningModule):
     def step_loss(
         self, batch: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor, Mapping[str, torch.Tensor | float]]:
-        """(loss to back-propagate, loss to log, logged parts) of one training batch.
+        """(loss to back-propagate, loss to log, logged parts) of one training batch: views → the global loss (with
+        the negatives part's extra and false negatives) → the auxiliary terms (the pooling's and head's, then the
+        auxiliary parts'), summed.
 
         The logged parts (loss terms and the paradigm telemetry, Figures 7–9) are computed when first
         read: training reads them on logging steps only (`on_train_batch_end`).
@@ -136,24 +149,20 @@ class SentembModule(CheckpointContents, L.LightningModule):
         update would be 1/world_size of one process's on the concatenated batch. The gathered loss
         is therefore scaled by world_size for backward, so the averaged gradient is exactly that
         one process's. Auxiliary terms are per-rank means over local data, which DDP's average turns
-        into the mean over ranks: for SARCSE's reconstruction that is the global mean; HiCL's local
-        loss takes its negatives among the rank's own segments (not gathered). A global loss of weight
-        0 (head=mntp with head.contrastive=false) is not computed at all: the auxiliary terms are the loss.
+        into the mean over ranks (a reconstruction's is then the global mean; a local loss over segments takes
+        its negatives among the rank's own). A global loss of weight 0 (a head trained alone, e.g.
+        head=mntp with head.contrastive=false) is not computed at all: the auxiliary terms are the loss.
 
-        A negatives part (negatives=momentum, negatives=dclr) is asked, in this order: the batch the encoders see
-        (`training_batch`), the step's negatives once the global views are there (`step_negatives`), the loss
-        with them (`global_loss`), then `after_loss` (ESimCSE's queue takes the batch: never its own negative).
+        The negatives part is asked, in this order: the batch the encoders see (`training_batch`), the step's
+        negatives once the global views are there (`step_negatives`), the loss with them (`global_loss`), then
+        `after_loss` with the step's embeddings (a queue takes the batch: never its own negative).
         """
-        if self.negatives is not None:  # DCLR's reference: padding attended (all-ones attention masks)
-            batch = self.negatives.training_batch(batch)
+        batch = self.negatives.training_batch(batch)
         views = self.training_views(batch)
         world = world_size()
         output, step = self.global_loss(views, world, batch)
-        if step is not None:
-            self.negatives.after_loss(batch, step, encoder=self.encoder, chunk=self.chunk_sentences())
-        if self.soft_negatives is not None:
-            views.auxiliary["soft_negative"] = self.soft_negative_term(views)
-        terms = [weight * value for weight, value in views.auxiliary.values()]
+        auxiliary = {**views.auxiliary, **{term.label: term.term(views) for term in self.auxiliary}}
+        terms = [weight * value for weight, value in auxiliary.values()]
         if output is not None:
             total = output.loss if views.global_weight == 1.0 else views.global_weight * output.loss
             backward = total * world if world > 1 else total
@@ -164,10 +173,10 @@ class SentembModule(CheckpointContents, L.LightningModule):
         for term in terms:  # e.g. HiCL: α·L_local + (1 − α)·L_global
             total = total + term
             backward = backward + term
-        parts = {f"train/loss/{label}": value.detach() for label, (_, value) in views.auxiliary.items()}
+        parts = {f"train/loss/{label}": value.detach() for label, (_, value) in auxiliary.items()}
         if step is not None:
-            parts.update(step.logged)  # e.g. train/dclr/excluded_share
-        if views.auxiliary and output is not None:
+            parts.update(step.logged)  # e.g. a negatives part's share of excluded negatives
+        if auxiliary and output is not None:
             parts["train/loss/global"] = output.loss.detach()
         if not torch.isfinite(total.detach()):  # fp16 overflow, a tiny τ: stop here, not with NaN weights later
             raise TrainingDiverged(
@@ -185,40 +194,34 @@ class SentembModule(CheckpointContents, L.LightningModule):
     def global_loss(
         self, views: TrainingViews, world: int, batch: dict[str, torch.Tensor]
     ) -> tuple[LossOutput | None, StepNegatives | None]:
-        """The loss on the two views, their negatives gathered from every rank, with the negatives part's (its
-        `StepNegatives`, also returned; None without a part); (None, None) when its weight is 0 (MNTP alone,
-        LLM2Vec's first stage): then neither the loss, the gather nor the negatives part runs."""
+        """The loss on the anchor and positive views, their negatives gathered from every rank, with the negatives
+        part's (its `StepNegatives`, also returned, handed back to the part with the step's embeddings once the loss
+        is there); (None, None) when its weight is 0 (a head trained alone): then neither the loss, the gather nor
+        the negatives part runs."""
         if views.global_weight == 0:
             return None, None
         z1, z2 = views.z1, views.z2
         if world > 1:
             z1, z2 = gather_with_grad(z1), gather_with_grad(z2)
-        if self.negatives is None:
-            return self.loss(z1, z2), None
         chunk = self.chunk_sentences()
         step = self.negatives.step_negatives(batch, z1, z2, encoder=self.encoder, loss=self.loss, chunk=chunk)
-        return self.negatives.global_loss(self.loss, z1, z2, step), step
+        output = self.negatives.global_loss(self.loss, z1, z2, step)
+        self.negatives.after_loss(batch, z1, z2, step, encoder=self.encoder, chunk=chunk)
+        return output, step
 
     def chunk_sentences(self) -> int | None:
         """GradCache's sentences per forward (a negatives part encoding the batch again does it in these), or None."""
         return self.grad_cache.sentences if self.grad_cache is not None and self.grad_cache.sentences else None
 
-    def soft_negative_term(self, views: TrainingViews) -> tuple[float, torch.Tensor]:
-        """SNCSE's λ·L_BML on the anchor, positive and negation views (per rank, like every auxiliary term)."""
-        if views.soft_negative is None:
-            raise RuntimeError(
-                "soft_negatives= is set but the training batch has no negation view (negative_input_ids): build the "
-                "data with sentemb.data's datamodule, which adds it when soft_negatives= is configured"
-            )
-        return self.soft_negatives.term(views.z1, views.z2, views.soft_negative)
-
     def training_views(self, batch: dict[str, torch.Tensor]) -> TrainingViews:
-        """Both dropout views (unsup. SimCSE); with grad_cache, built from cached chunk outputs (grad_cache.py)."""
+        """Every view's embeddings in one forward, with their roles (`view_roles`); with grad_cache, built from cached
+        chunk outputs (grad_cache.py)."""
         if self.grad_cache is None:
             return self.encoder.training_views(batch)
         prepared = self.encoder.training_batch(batch)
         rows = self.grad_cache.cached_rows(self.encoder, prepared)
-        return self.encoder.pooling.training_views(rows, prepared, batch["input_ids"].shape[0])
+        views = self.encoder.pooling.training_views(rows, prepared, batch["input_ids"].shape[0])
+        return views.named(view_roles(batch))
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """Lightning's backward (the loss arrives already scaled under 16-mixed); GradCache then replays its chunks."""

@@ -27,7 +27,7 @@ row's first token, padding set to id 0, and the cross-entropy averaged over all 
 from the vocabulary's non-special ids; no masked LM is needed), `tiny` (a 2-layer random masked LM
 built in-process, for tests), or a masked LM's hub name or folder whose vocabulary is the encoder's
 (distilbert-base-uncased for BERT, distilroberta-base for RoBERTa, as the released code). The
-generator is never trained, never saved (it is held outside the module's state) and rebuilt at fit
+generator is never trained, never saved (a `FrozenModel`, outside the module's state) and rebuilt at fit
 start; with `adapter=lora` too.
 """
 
@@ -45,8 +45,9 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer, BertConfig, BertFo
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.parts import ENCODERS, TRAINS_ONLY, part
 from sentemb.encoders.models.backbones import NO_REMOTE_CODE, check_model_source
+from sentemb.encoders.models.frozen import FrozenModel
 from sentemb.encoders.models.model_files import transformers_refusals
-from sentemb.encoders.poolings.base import AroundPooling, Pooling, TrainingViews
+from sentemb.encoders.poolings.base import AroundPooling, Pooling, TrainingViews, split_views
 from sentemb.losses.base import NON_NEGATIVE, OPEN_UNIT, require_number
 
 CONVENTIONS = ("paper", "reference")
@@ -131,7 +132,13 @@ def conditioned(discriminator: nn.Module, z: torch.Tensor) -> torch.utils.hooks.
 class DiffCSEHead(AroundPooling):
     """DiffCSE's projector, generator and discriminator around an encoder pooling (module docstring)."""
 
-    needs_backbone_copy = True  # build_encoder passes a copy of the pretrained backbone: the discriminator's start
+    @classmethod
+    def built_with(cls, backbone: nn.Module, output_layer: nn.Module | None) -> dict[str, Any]:
+        """The discriminator's initial weights: a trainable copy of the pretrained backbone, whole (no freezing, no
+        adapter; the released code loads the encoder's pretrained checkpoint into it)."""
+        start = copy.deepcopy(backbone)
+        start.requires_grad_(True)
+        return {"backbone": start}
 
     def __init__(
         self,
@@ -157,7 +164,7 @@ class DiffCSEHead(AroundPooling):
         self.discriminator = backbone  # None only where a config is checked without a model
         self.rtd_head = nn.Linear(hidden_size, 2)
         self.register_buffer("special_token_ids", torch.tensor(sorted(special_ids), dtype=torch.long), persistent=False)
-        self.frozen: list[nn.Module] = []  # the generator, outside the module's state (never trained nor saved)
+        self.frozen = FrozenModel()  # the generator, outside the module's state (never trained nor saved)
         self.mask_id: int | None = None
         self.vocab_size = 0
 
@@ -191,19 +198,11 @@ class DiffCSEHead(AroundPooling):
         if self.mask_id is None:
             raise SentembConfigError("head=diffcse: the tokenizer has no mask token. Fix: a BERT or RoBERTa tokenizer")
         if self.generator_name == "uniform":
-            self.frozen = []
+            self.frozen.hold(None)
         elif self.generator_name == "tiny":
-            self.frozen = [tiny_masked_lm(self.vocab_size)]
+            self.frozen.hold(tiny_masked_lm(self.vocab_size))
         else:
-            self.frozen = [pretrained_masked_lm(self.generator_name, tokenizer)]
-        for model in self.frozen:
-            model.requires_grad_(False)
-
-    def generator(self, device: torch.device) -> nn.Module | None:
-        if not self.frozen:
-            return None
-        model = self.frozen[0].to(device)
-        return model.train()  # the released code edits with the generator's dropout on
+            self.frozen.hold(pretrained_masked_lm(self.generator_name, tokenizer))
 
     @torch.no_grad()
     def edited(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -211,7 +210,7 @@ class DiffCSEHead(AroundPooling):
         if self.mask_id is None:
             raise RuntimeError("DiffCSEHead.prepare_training(tokenizer) was not called (a fit calls it)")
         selected = selected_positions(input_ids, attention_mask, self.special_token_ids, self.masking_ratio)
-        model = self.generator(input_ids.device)
+        model = self.frozen.on(input_ids.device)  # the released code edits with the generator's dropout on
         if model is None:  # uniform: each selected token replaced by a non-special id drawn uniformly
             choices = torch.arange(self.vocab_size, device=input_ids.device)
             choices = choices[~torch.isin(choices, self.special_token_ids)]
@@ -258,28 +257,13 @@ class DiffCSEHead(AroundPooling):
 
     def training_views(self, rows: dict[str, torch.Tensor], batch: dict[str, torch.Tensor], n: int) -> TrainingViews:
         """The projector over the inner pooling's views (one BatchNorm over all their rows), and ("rtd", (λ, L_RTD))
-        from the anchor and positive views, each conditioned on its own z."""
+        from the anchor and positive views, each conditioned on its own z (a view after them is projected only)."""
         inner_batch = {key: value for key, value in batch.items() if key not in (EDITED, REPLACED)}
         views = self.inner_pooling().training_views(rows, inner_batch, n)
-        stacked = [views.z1, views.z2] + ([views.soft_negative] if views.soft_negative is not None else [])
-        projected = self.projector(torch.cat(stacked))
+        projected = self.projector(torch.cat(views.embeddings))  # every view, one BatchNorm over their rows
         z = projected[: 2 * n]
         mask = batch["attention_mask"][: 2 * n]
         logits = self.rtd_logits(batch[EDITED][: 2 * n], mask, z)
         loss = self.rtd_loss(logits, batch[REPLACED][: 2 * n], mask)
-        negation = projected[2 * n :] if views.soft_negative is not None else None
-        return replace(
-            views,
-            z1=projected[:n],
-            z2=projected[n : 2 * n],
-            soft_negative=negation,
-            auxiliary={**views.auxiliary, "rtd": (self.weight, loss)},
-        )
-
-
-def discriminator_start(backbone: nn.Module) -> nn.Module:
-    """The discriminator's initial weights: a trainable copy of the pretrained backbone (the released code loads the
-    encoder's pretrained checkpoint into it)."""
-    start = copy.deepcopy(backbone)
-    start.requires_grad_(True)
-    return start
+        auxiliary = {**views.auxiliary, "rtd": (self.weight, loss)}
+        return replace(views, embeddings=split_views(projected, n), auxiliary=auxiliary)

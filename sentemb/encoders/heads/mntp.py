@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -151,7 +152,12 @@ def joined_rows(parts: list[dict[str, torch.Tensor]], tokenizer: PreTrainedToken
 class MNTPHead(AroundPooling):
     """LLM2Vec's masked next-token prediction around a decoder pooling (module docstring)."""
 
-    needs_lm_head = True  # build_encoder loads the causal-LM model and passes its lm_head
+    loads_output_layer = True  # build_encoder loads the causal-LM model and passes its lm_head (`built_with`)
+
+    @classmethod
+    def built_with(cls, backbone: nn.Module, output_layer: nn.Module | None) -> dict[str, Any]:
+        """The causal-LM model's output layer, MNTP's predictor."""
+        return {"lm_head": output_layer}
 
     def __init__(
         self,
@@ -250,7 +256,7 @@ class MNTPHead(AroundPooling):
         term = {"mntp": (self.weight, loss)}
         if not self.contrastive:  # LLM2Vec's first stage: no views, no contrastive loss
             empty = loss.new_zeros(0, 0)
-            return TrainingViews(empty, empty, global_weight=0.0, auxiliary=term)
+            return TrainingViews([empty, empty], global_weight=0.0, auxiliary=term)
         first = batch["input_ids"].shape[0] - n  # the inner pooling's rows precede the masked ones
         inner_rows = {key: value[:first] for key, value in rows.items() if key not in (LOSS_SUM, COUNT)}
         inner_batch = {key: value[:first] for key, value in batch.items() if key != LABELS}

@@ -56,6 +56,11 @@ class SARCSEHead(Pooling):
         "Fix: export without format=onnx (a sentence-transformers folder)"
     )
 
+    replaces_pooling = (
+        "SARCSE builds the sentence vector itself from the token states, so that pooling would be ignored. Fix: "
+        "pooling=cls (SARCSE on the whole sentence) or pooling=hicl (SARCSE on every segment, pooling.prompt=false)."
+    )
+
     def __init__(
         self,
         hidden_size: int,
@@ -175,8 +180,8 @@ class SARCSEHead(Pooling):
         return {"embedding": z, "reconstruction": reconstruction}
 
     def auxiliary_terms(self, rows: dict[str, torch.Tensor], half: int) -> dict[str, tuple[float, torch.Tensor]]:
-        """β·L_R (first view's rows) and γ·L_R⁺ (second view's rows) of Eq. 10; a soft-negative view after them
-        (SNCSE's negations) is not reconstructed."""
+        """β·L_R (first view's rows) and γ·L_R⁺ (second view's rows) of Eq. 10; a view after them
+        (e.g. SNCSE's negations) is not reconstructed."""
         per_row = rows["reconstruction"]
         return {
             "reconstruction": (self.beta, per_row[:half].mean()),

@@ -18,7 +18,7 @@ values (`contrastive_weight`, `graph_refusal`) that a subclass overrides at clas
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NoReturn
 
 import torch
@@ -27,26 +27,50 @@ from transformers import PreTrainedTokenizerBase
 
 from sentemb.common.batch_views import has_views, stacked_views, training_view_batches
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.parts import declared_part
 
 
 @dataclass
 class TrainingViews:
-    """The anchor (z1) and positive (z2) views' embeddings, the global loss's weight, auxiliary (weight, loss) terms,
-    and with SNCSE's soft negatives each sentence's negation (`soft_negative`, the third view)."""
+    """Every view's embeddings in the batch's order (`embeddings`: the anchor's, its positive's, then the others'),
+    the global loss's weight, the auxiliary (weight, loss) terms, and each view's role (`roles`, filled from the
+    batch: sentemb.common.batch_views) by which a part reads a view (`view`)."""
 
-    z1: torch.Tensor
-    z2: torch.Tensor
+    embeddings: list[torch.Tensor]
     global_weight: float = 1.0
     auxiliary: dict[str, tuple[float, torch.Tensor]] = field(default_factory=dict)
-    soft_negative: torch.Tensor | None = None
+    roles: tuple[str, ...] = ()
+
+    @property
+    def z1(self) -> torch.Tensor:
+        """The anchor's embeddings (view 1)."""
+        return self.embeddings[0]
+
+    @property
+    def z2(self) -> torch.Tensor:
+        """The positive's embeddings (view 2)."""
+        return self.embeddings[1]
+
+    def named(self, roles: list[str]) -> TrainingViews:
+        """These views with their roles, one per view (the batch's `view_roles`)."""
+        if len(roles) != len(self.embeddings):
+            raise RuntimeError(f"{len(self.embeddings)} training views for the batch's {len(roles)} roles {roles}")
+        return replace(self, roles=tuple(roles))
+
+    def view(self, role: str, asked_by: str) -> torch.Tensor:
+        """The embeddings of the view called `role`, which `asked_by` reads; refused when the batch has none."""
+        if role not in self.roles:
+            raise RuntimeError(
+                f"{asked_by} reads the training view {role!r}, which the batch does not carry (its views: "
+                f"{', '.join(self.roles)}): build the data with sentemb.data's datamodule, which makes the views the "
+                "configured parts ask for"
+            )
+        return self.embeddings[self.roles.index(role)]
 
 
-def split_views(embedding: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """The rows of n sentences' views: anchor (first n), positive (next n) and, when there are 3n rows, the soft
-    negative (last n)."""
-    if embedding.shape[0] == 3 * n:
-        return embedding[:n], embedding[n : 2 * n], embedding[2 * n :]
-    return embedding[:n], embedding[n:], None
+def split_views(embedding: torch.Tensor, n: int) -> list[torch.Tensor]:
+    """The rows of n sentences' views, view after view (n rows each: anchor, positive, then any others)."""
+    return list(embedding.split(n)) if n else [embedding[:0], embedding[:0]]
 
 
 class TrainingHooks:
@@ -73,8 +97,8 @@ class TrainingHooks:
         self, batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase
     ) -> dict[str, torch.Tensor]:
         """The backbone's rows of a training step, prepared: the batch twice (dropout draws a mask per row: the two
-        views), or the batch's own views (ESimCSE's repeated copy as view 2, SNCSE's negation as view 3; see
-        sentemb.common.batch_views). Called by `SentenceEncoder.training_batch`; a head may add rows of its own
+        views), or the batch's own views, in order (a repeated copy or labelled positive as view 2, any others after
+        it; see sentemb.common.batch_views). Called by `SentenceEncoder.training_batch`; a head may add rows of its own
         (MNTP's masked copies)."""
         if not has_views(batch):  # unsupervised SimCSE: the same rows twice
             return self.prepare({name: torch.cat([value, value]) for name, value in batch.items()}, tokenizer)
@@ -96,21 +120,42 @@ class TrainingHooks:
         return {}
 
     def training_views(self, rows: dict[str, torch.Tensor], batch: dict[str, torch.Tensor], n: int) -> TrainingViews:
-        """The training rows → the views of its n sentences (first n rows: view 1; then view 2; then SNCSE's soft
-        negatives if the batch has them); `batch` is the prepared batch those rows came from (HiCL reads its segments'
+        """The training rows → the views of its n sentences (first n rows: view 1; then view 2; then any other view
+        the batch carries, n rows each); `batch` is the prepared batch those rows came from (HiCL reads its segments'
         owners there). Batch-level: called once a step on all rows (with GradCache, on the cached ones), by the
         encoder or the LightningModule."""
-        z1, z2, negation = split_views(rows["embedding"], n)
-        return TrainingViews(z1, z2, self.contrastive_weight, self.auxiliary_terms(rows, n), negation)
+        return TrainingViews(split_views(rows["embedding"], n), self.contrastive_weight, self.auxiliary_terms(rows, n))
 
 
 class HeadHooks:
-    """How a pooling accepts or refuses a head that makes the sentence vector itself (SARCSE).
+    """How a head is built and checked, and how a pooling accepts or refuses a head that makes the sentence vector
+    itself (SARCSE).
 
     `build_encoder` (encoders/build.py, `attach_head`) calls `pooling.with_head(head)` for such a head, before
     any model loads; a head that keeps the pooling's vector instead (`AroundPooling`, `wraps_pooling`) is
-    put around the pooling and never reaches `with_head`.
+    put around the pooling and never reaches `with_head`. What a head needs from the builder is declared on its
+    class (`loads_output_layer`, `built_with`) and its sources are checked before the run (`check_sources`).
     """
+
+    # the builder loads the causal-LM model and hands its output layer to `built_with` (MNTP's lm_head); read from the
+    # class before anything loads
+    loads_output_layer: bool = False
+    # a head that makes the sentence vector itself: why a pooling whose own output it would replace refuses it
+    # (`refuse_head`), and the poolings that take it
+    replaces_pooling: str = (
+        "the head builds the sentence vector itself from the token states, so that pooling would be ignored. "
+        "Fix: pooling=cls"
+    )
+
+    @classmethod
+    def built_with(cls, backbone: nn.Module, output_layer: nn.Module | None) -> dict[str, Any]:
+        """The head's constructor arguments taken from the loaded backbone (before any layer is frozen or an adapter
+        added) and its output layer when `loads_output_layer`: none by default."""
+        return {}
+
+    def check_sources(self) -> None:
+        """The models or files the head loads at fit start are there (the pre-run checks call this): nothing to check
+        by default."""
 
     def with_head(self, head: Pooling) -> Pooling:
         """The pooling once a head that makes the sentence vector itself (SARCSE) is added: by default the head, in
@@ -122,13 +167,12 @@ class HeadHooks:
         return head
 
 
-def refuse_head(setting: str) -> NoReturn:
-    """A head with a pooling whose output it would silently replace: refused with the fix (`HeadHooks.with_head`)."""
-    raise SentembConfigError(
-        f"head=sarcse with {setting}: SARCSE builds the sentence vector itself from the token states, so that "
-        "pooling would be ignored. Fix: pooling=cls (SARCSE on the whole sentence) or pooling=hicl "
-        "(SARCSE on every segment, pooling.prompt=false)."
-    )
+def refuse_head(setting: str, head: Pooling) -> NoReturn:
+    """A head with a pooling whose output it would silently replace: refused with the head's own reason and fix
+    (`HeadHooks.replaces_pooling`, `HeadHooks.with_head`)."""
+    declared = declared_part(head)
+    name = declared.name if declared is not None else type(head).__name__
+    raise SentembConfigError(f"head={name} with {setting}: {head.replaces_pooling}")
 
 
 class ServingHooks:

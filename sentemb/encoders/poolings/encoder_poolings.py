@@ -92,7 +92,7 @@ class MeanPooling(Pooling):
         super().__init__()
 
     def with_head(self, head: Pooling) -> Pooling:
-        refuse_head("pooling=mean")
+        refuse_head("pooling=mean", head)
 
     def forward(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor], train_head: bool = False) -> torch.Tensor:
         mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
@@ -121,7 +121,7 @@ class FirstLastAvgPooling(MeanPooling):
         self.hidden_layers = (FIRST_LAYERS[first], -1)
 
     def with_head(self, head: Pooling) -> Pooling:
-        refuse_head("pooling=first_last_avg")
+        refuse_head("pooling=first_last_avg", head)
 
 
 @part(
@@ -136,7 +136,7 @@ class AvgTop2Pooling(MeanPooling):
     hidden_layers = (-2, -1)
 
     def with_head(self, head: Pooling) -> Pooling:
-        refuse_head("pooling=avg_top2")
+        refuse_head("pooling=avg_top2", head)
 
 
 @part(
@@ -174,7 +174,7 @@ class PromptPooling(Pooling):
         self.mlp = projection_mlp(hidden_size, mlp, mlp_activation, mlp_init_std)
 
     def with_head(self, head: Pooling) -> Pooling:
-        refuse_head("pooling=prompt")
+        refuse_head("pooling=prompt", head)
 
     def prepare(self, batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase) -> dict[str, torch.Tensor]:
         """Rewrite a tokenised batch into templated rows (the sentence's own tokens kept, truncated to fit),

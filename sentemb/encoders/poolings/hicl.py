@@ -114,7 +114,7 @@ class HiCLPooling(Pooling):
     def with_head(self, head: Pooling) -> Pooling:
         """A head (SARCSE) makes each segment's vector; the segments are still aggregated."""
         if isinstance(self.segment_pooling, PromptPooling):
-            refuse_head("pooling.prompt=true")
+            refuse_head("pooling.prompt=true", head)
         self.segment_pooling = head
         return self
 
@@ -131,7 +131,7 @@ class HiCLPooling(Pooling):
     ) -> dict[str, torch.Tensor]:
         """Every training view sliced the same way (HiCL §3.1: "we also apply the same method to the negated
         sentences"); with the prompt, the anchor's segments in its template and the other views' in the positive
-        template (SNCSE). Owners count on across views: view v's sequence i is owner v·B + i."""
+        template. Owners count on across views: view v's sequence i is owner v·B + i."""
         return self.segment_batch(training_view_batches(batch), tokenizer)
 
     def segment_batch(
@@ -183,18 +183,18 @@ class HiCLPooling(Pooling):
         """Sequence embeddings of every view, plus the local (and entailment) loss over their segments."""
         segments = rows["embedding"]
         owner = batch["segment_owner"]
-        views = (int(owner[-1]) + 1) // n  # 2, or 3 with SNCSE's soft negatives
+        views = (int(owner[-1]) + 1) // n  # every view the batch carries (2: the anchor and its positive)
         sequences = self.aggregate(segments, batch, views * n)
-        z1, z2, negation = split_views(sequences, n)
+        embeddings = split_views(sequences, n)
         anchors = int((owner < n).sum())  # view 1's segments come first
         global_weight = 1.0 - self.alpha - self.entailment_beta
         auxiliary = {"local": (self.alpha, self.local_loss(segments, owner, n))}
         if self.entailment_beta > 0:
-            auxiliary["entailment"] = (self.entailment_beta, self.entailment_loss(segments, z2, owner, n))
+            auxiliary["entailment"] = (self.entailment_beta, self.entailment_loss(segments, embeddings[1], owner, n))
         # a head on every segment (SARCSE): its per-segment terms, and Eq. 10's α on the contrastive part
         auxiliary.update(self.segment_pooling.auxiliary_terms(rows, anchors))
         global_weight *= self.segment_pooling.contrastive_weight
-        return TrainingViews(z1, z2, global_weight, auxiliary, negation)
+        return TrainingViews(embeddings, global_weight, auxiliary)
 
     def local_loss(self, segments: torch.Tensor, owner: torch.Tensor, n: int) -> torch.Tensor:
         """Eq. 2: each anchor segment against the positive view's segments; same-sequence segments other than the

@@ -16,7 +16,7 @@ as SNCSE releases them (`python -m sentemb.negate` writes one).
 the released training's rows (Sense-GVT/SNCSE train_SNCSE.py, prepare_features): " ." appended to a sentence
 without final punctuation before its anchor and positive prompts, the released lookup of its negation
 (`lookup_quirk`), and the template pieces as that code tokenises them (`SNCSE_REFERENCE_TEMPLATES`, which
-`check_soft_negatives` requires of the pooling).
+`check_config` requires of the pooling).
 """
 
 from __future__ import annotations
@@ -27,11 +27,12 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.parts import part
+from sentemb.encoders.poolings.base import TrainingViews
 from sentemb.encoders.poolings.templates import SNCSE_REFERENCE_TEMPLATES
+from sentemb.training.auxiliary.base import AuxiliaryTerm
 
 SOURCES = ("rule", "spacy", "file")
 CONVENTIONS = ("paper", "reference")
@@ -50,11 +51,18 @@ def bidirectional_margin(
         return (torch.relu(delta + alpha) + torch.relu(-delta - beta)).mean()
 
 
-@part("soft_negatives", "sncse")
-class SoftNegativeMargin(nn.Module):
-    """λ·L_BML as a training term; the data options (`source`, `path`, `lookup_quirk`, `spacy_model`, `convention`)
-    are read by sentemb.data, and kept here so one config node says the whole method. `lookup_quirk` null: the
-    convention's (the released lookup under `reference`, the paper's under `paper`)."""
+NEGATION = "negation"  # the view SNCSE reads: each sentence's negation (sentemb.data.views makes it)
+
+
+@part("auxiliary", "sncse")
+class SoftNegativeMargin(AuxiliaryTerm):
+    """λ·L_BML as a training term on the `negation` view; the data options (`source`, `path`, `lookup_quirk`,
+    `spacy_model`, `convention`) are the negation view's (`data_views`), kept here so one config node says the whole
+    method. `lookup_quirk` null: the convention's (the released lookup under `reference`, the paper's under
+    `paper`)."""
+
+    label = "soft_negative"
+    reads = (NEGATION,)
 
     def __init__(
         self,
@@ -70,64 +78,61 @@ class SoftNegativeMargin(nn.Module):
         super().__init__()
         for key, value in (("alpha", alpha), ("beta", beta), ("weight", weight)):
             if not (isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)):
-                raise SentembConfigError(
-                    f"soft_negatives.{key}={value!r} must be a finite number (SNCSE: α 0.1, β 0.3)"
-                )
+                raise SentembConfigError(f"auxiliary.{key}={value!r} must be a finite number (SNCSE: α 0.1, β 0.3)")
         if weight < 0:
-            raise SentembConfigError(
-                f"soft_negatives.weight={weight} must be >= 0 (SNCSE's λ: 1e-3 BERT, 5e-4 RoBERTa)"
-            )
+            raise SentembConfigError(f"auxiliary.weight={weight} must be >= 0 (SNCSE's λ: 1e-3 BERT, 5e-4 RoBERTa)")
         if alpha > beta:  # the band [α, β] of cos(pos) − cos(neg) would be empty: both hinges always push
             raise SentembConfigError(
-                f"soft_negatives.alpha={alpha} > soft_negatives.beta={beta}: BML keeps cos(pos) − cos(neg) within "
+                f"auxiliary.alpha={alpha} > auxiliary.beta={beta}: BML keeps cos(pos) − cos(neg) within "
                 "[α, β]. Fix: α ≤ β (SNCSE: α 0.1, β 0.3)"
             )
         if source not in SOURCES:
             raise SentembConfigError(
-                f"soft_negatives.source={source!r} is not one of {', '.join(SOURCES)}. Fix: soft_negatives.source=rule "
-                "(offline), spacy (the parse-based rule), or file with soft_negatives.path"
+                f"auxiliary.source={source!r} is not one of {', '.join(SOURCES)}. Fix: auxiliary.source=rule "
+                "(offline), spacy (the parse-based rule), or file with auxiliary.path"
             )
         if convention not in CONVENTIONS:
             raise SentembConfigError(
-                f"soft_negatives.convention={convention!r} is not one of {', '.join(CONVENTIONS)}. Fix: "
-                "soft_negatives.convention=paper (or reference: the released training's rows)"
+                f"auxiliary.convention={convention!r} is not one of {', '.join(CONVENTIONS)}. Fix: "
+                "auxiliary.convention=paper (or reference: the released training's rows)"
             )
         if lookup_quirk is not None and not isinstance(lookup_quirk, bool):
             raise SentembConfigError(
-                f"soft_negatives.lookup_quirk={lookup_quirk!r} must be true, false or null (the convention's)"
+                f"auxiliary.lookup_quirk={lookup_quirk!r} must be true, false or null (the convention's)"
             )
         if convention == "reference" and lookup_quirk is False:
             raise SentembConfigError(
-                "soft_negatives.lookup_quirk=false with soft_negatives.convention=reference: the released training "
-                "always looks negations up its own way. Fix: soft_negatives.lookup_quirk=null, or "
-                "soft_negatives.convention=paper"
+                "auxiliary.lookup_quirk=false with auxiliary.convention=reference: the released training "
+                "always looks negations up its own way. Fix: auxiliary.lookup_quirk=null, or "
+                "auxiliary.convention=paper"
             )
         self.alpha, self.beta, self.weight = float(alpha), float(beta), float(weight)
         self.convention = convention
+        given = {"source": source, "path": path, "lookup_quirk": lookup_quirk, "spacy_model": spacy_model}
+        self.negation_options = {**given, "convention": convention}
 
-    def term(self, anchor: torch.Tensor, positive: torch.Tensor, negation: torch.Tensor) -> tuple[float, torch.Tensor]:
-        """(λ, L_BML): an auxiliary (weight, loss) term of the training step."""
-        return self.weight, bidirectional_margin(anchor, positive, negation, self.alpha, self.beta)
+    def data_views(self) -> dict[str, dict[str, Any]]:
+        """The negation view, made from this node's data options."""
+        return {NEGATION: dict(self.negation_options)}
 
+    def check_config(self, cfg: Mapping[str, Any]) -> None:
+        """The negations' source (the file read, spaCy importable), and under `reference` the pooling's templates
+        (`check_reference_pooling`), before any model loads."""
+        from sentemb.data.negation import check_soft_negative_source  # the data layer checks its own source
 
-def check_soft_negatives(node: Mapping[str, Any] | None, pooling: Mapping[str, Any] | None = None) -> None:
-    """The soft-negative options and their source (the file read, spaCy importable), and under `reference` the
-    pooling's templates (`check_reference_pooling`), before any model loads."""
-    if not node:
-        return
-    from sentemb.data.negation import check_soft_negative_source  # the data layer checks its own source
+        if self.convention == "reference":
+            check_reference_pooling(cfg.get("pooling") or {})
+        options = self.negation_options
+        check_soft_negative_source(options["source"], options["path"], options["spacy_model"])
 
-    options = {key: value for key, value in node.items() if key != "name"}
-    margin = SoftNegativeMargin(**options)
-    if margin.convention == "reference":
-        check_reference_pooling(pooling or {})
-    check_soft_negative_source(
-        options.get("source", "rule"), options.get("path"), options.get("spacy_model", "en_core_web_sm")
-    )
+    def term(self, views: TrainingViews) -> tuple[float, torch.Tensor]:
+        """(λ, L_BML) of the anchor, positive and negation views."""
+        negation = views.view(NEGATION, asked_by="auxiliary=sncse")
+        return self.weight, bidirectional_margin(views.z1, views.z2, negation, self.alpha, self.beta)
 
 
 def check_reference_pooling(pooling: Mapping[str, Any]) -> None:
-    """soft_negatives.convention=reference embeds the [MASK] state of SNCSE's two prompts, their pieces spaced as its
+    """auxiliary.convention=reference embeds the [MASK] state of SNCSE's two prompts, their pieces spaced as its
     training tokenises them (`SNCSE_REFERENCE_TEMPLATES`: the spaces change RoBERTa's tokens, not BERT's)."""
     anchor, positive = SNCSE_REFERENCE_TEMPLATES
     given = (pooling.get("name"), *(pooling.get(key) for key in TEMPLATE_KEYS))
@@ -138,8 +143,8 @@ def check_reference_pooling(pooling: Mapping[str, Any]) -> None:
             for key, text in zip(TEMPLATE_KEYS, (anchor, positive), strict=True)
         )
         raise SentembConfigError(
-            f"soft_negatives.convention=reference with pooling={given[0]}, pooling.template={given[1]!r}, "
+            f"auxiliary.convention=reference with pooling={given[0]}, pooling.template={given[1]!r}, "
             f"pooling.positive_template={given[2]!r}: the released training embeds the [MASK] state of its prompts, "
             f"tokenised in pieces with a space inside each quote. Fix: pooling=prompt {quoted}, or "
-            "soft_negatives.convention=paper"
+            "auxiliary.convention=paper"
         )

@@ -27,151 +27,41 @@ module's extra state, checked field by field when a resumed checkpoint is read (
 before any model loads) and again when it is loaded (`set_extra_state`). Under DDP every rank enqueues the
 gathered keys of all ranks (in rank order, as the gathered negatives), so all ranks hold the same queue.
 
-Every `negatives=` part (registry kind "negatives": this queue, DCLR's sentemb/training/dclr.py) answers the
-same small protocol, `NegativesPart`, which SentembModule calls in a step's order; what one step's loss gets
-is a `StepNegatives`, handed back to the part after the loss (no per-batch state is kept on the part).
-`check_negatives` runs the configured part's own `check_config` before any model loads.
+The queue is a `NegativesPart` (base.py) built on the momentum copy ξ of ema.py (`EMATarget`); what one
+step's loss gets is a `StepNegatives`, handed back to the part after the loss with the step's embeddings (no
+per-batch state is kept on the part).
 """
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from sentemb.common.batch_views import anchor_batch
 from sentemb.common.errors import SentembConfigError
-from sentemb.common.hydra_plumbing import part_name, resolved_container
 from sentemb.common.parts import part
-from sentemb.encoders.checkpoint import read_checkpoint
-from sentemb.encoders.part_configs import build_part
-from sentemb.losses.registry import negatives_refusal
-from sentemb.training.distributed import world_size
-from sentemb.training.sharding import devices_asked, is_sharded
+from sentemb.training.negatives.base import (
+    CONVENTIONS,
+    NEGATIVES_PREFIX,
+    RESUME_FIX,
+    StepNegatives,
+    gathered,
+    refuse_loss_without_negatives,
+    refuse_sharded,
+)
+from sentemb.training.negatives.ema import EMATarget
+from sentemb.training.sharding import devices_asked
 
 if TYPE_CHECKING:
     from sentemb.encoders.encoder import SentenceEncoder
-    from sentemb.losses import LossOutput
-
-CONVENTIONS = ("paper", "reference")
-# the losses with a negatives' denominator, named in the fixes of both parts' refusals
-NEGATIVES_LOSSES = "infonce, focal, arccon, mpt, met, mat, paradigm"
 # K's bound: every step scores N × K logits and the queue holds K × D floats on the device; 2^16 is MoCo's largest
 # queue (ESimCSE's is 160), far above any corpus-sized use and far below a queue that would exhaust a device
 MAX_QUEUE_SIZE = 65_536
 # the queue's extra state, as get_extra_state writes it (`emptied_at_epoch` missing in older checkpoints)
 QUEUE_STATE_KEYS = ("queue", "queue_ids", "emptied_at_epoch")
-NEGATIVES_PREFIX = "negatives."  # the negatives part's keys in SentembModule's state dict
-RESUME_FIX = (
-    "Fix: resume from the run's own checkpoint as sentemb wrote it (its checkpoints/last.ckpt, or an earlier "
-    "best-step<N>.ckpt), or start a new run"
-)
-
-
-@dataclass(frozen=True)
-class StepNegatives:
-    """What a negatives part gives one training step's loss, and gets back after it.
-
-    `negatives`: extra negative rows (K, D), or None; `excluded`: the (N, N + K) bool mask of each anchor's false
-    negatives (`Objective.forward`), or None; `sentences`: the global batch's sentence keys where the part needs them
-    after the loss (the queue); `logged`: detached scalars logged as they are named (e.g. train/dclr/excluded_share).
-    """
-
-    negatives: torch.Tensor | None = None
-    excluded: torch.Tensor | None = None
-    sentences: torch.Tensor | None = None
-    logged: Mapping[str, torch.Tensor] = field(default_factory=dict)
-
-
-class NegativesPart(Protocol):
-    """What SentembModule asks of a `negatives=` part, in a run's and a step's order.
-
-    - `check_config(cfg)`: on the part built from `cfg["negatives"]` (its constructor checks its options), what it
-      cannot go with in the run's config `cfg`, before any model loads;
-    - `track(encoder)`: once, in the module's constructor, before any checkpoint loads and before compile;
-    - `on_epoch_start(epoch)`: at each training epoch's start;
-    - `training_batch(batch)`: the batch the step's encoders see (DCLR's reference: padding attended);
-    - `step_negatives(batch, z1, z2, encoder=, loss=, chunk=)`: after the views and their DDP gather (z1, z2 the
-      global batch's), before the loss;
-    - `global_loss(loss, z1, z2, step)`: the step's global loss with them (`apply_negatives` by default);
-    - `after_loss(batch, step, encoder=, chunk=)`: after the loss, before backward (the queue takes the batch).
-
-    `chunk`: GradCache's sentences per forward (None: the batch at once), for a part that encodes the batch again.
-    """
-
-    def check_config(self, cfg: Mapping[str, Any]) -> None: ...
-
-    def track(self, encoder: SentenceEncoder) -> None: ...
-
-    def on_epoch_start(self, epoch: int) -> None: ...
-
-    def training_batch(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]: ...
-
-    def step_negatives(
-        self,
-        batch: dict[str, torch.Tensor],
-        z1: torch.Tensor,
-        z2: torch.Tensor,
-        *,
-        encoder: SentenceEncoder,
-        loss: nn.Module,
-        chunk: int | None,
-    ) -> StepNegatives: ...
-
-    def global_loss(self, loss: nn.Module, z1: torch.Tensor, z2: torch.Tensor, step: StepNegatives) -> LossOutput: ...
-
-    def after_loss(
-        self, batch: dict[str, torch.Tensor], step: StepNegatives, *, encoder: SentenceEncoder, chunk: int | None
-    ) -> None: ...
-
-
-def apply_negatives(loss: nn.Module, z1: torch.Tensor, z2: torch.Tensor, step: StepNegatives) -> LossOutput:
-    """loss(z1, z2) with the step's negatives and exclusions, each passed only when there is one (a loss of your own
-    that takes no such keyword keeps working without them)."""
-    given = {"negatives": step.negatives, "excluded": step.excluded}
-    return loss(z1, z2, **{key: value for key, value in given.items() if value is not None})
-
-
-def in_chunks(
-    embed: Callable[[dict[str, torch.Tensor]], torch.Tensor], rows: dict[str, torch.Tensor], size: int | None
-) -> torch.Tensor:
-    """embed(rows) computed `size` rows at a time (GradCache's chunks; None: at once), concatenated."""
-    count = rows["input_ids"].shape[0]
-    size = size or count
-    return torch.cat([embed({k: v[start : start + size] for k, v in rows.items()}) for start in range(0, count, size)])
-
-
-def refuse_loss_without_negatives(cfg: Mapping[str, Any], named: str, why: str, losses: str = NEGATIVES_LOSSES) -> None:
-    """A loss that takes no extra negatives (`negatives_refusal`) refused for `named` (negatives=<part>), saying
-    `why` the part needs them, and the `losses` it takes in the fix."""
-    loss = cfg.get("loss") or {}
-    reason = negatives_refusal(loss)
-    if reason:
-        raise SentembConfigError(
-            f"{named} with loss={loss.get('name')}: {reason} {why} Fix: a loss that takes extra negatives "
-            f"({losses}), or no negatives= group"
-        )
-
-
-def refuse_sharded(cfg: Mapping[str, Any], named: str, why: str) -> None:
-    """trainer=fsdp refused for `named`, saying `why`."""
-    if is_sharded(cfg.get("trainer") or {}):
-        raise SentembConfigError(f"{named} with trainer=fsdp: {why}. Fix: trainer=ddp (or one device)")
-
-
-def ema_update(momentum_params: Iterable[torch.Tensor], online_params: Iterable[torch.Tensor], m: float) -> None:
-    """ξ ← m·ξ + (1 − m)·θ in place, as the two products then their sum (the formula's own rounding)."""
-    momentum_params, online_params = list(momentum_params), list(online_params)
-    if not momentum_params:
-        return
-    scaled = torch._foreach_mul(online_params, 1.0 - m)
-    torch._foreach_mul_(momentum_params, m)
-    torch._foreach_add_(momentum_params, scaled)
 
 
 def sentence_keys(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -183,24 +73,13 @@ def sentence_keys(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torc
     return torch.tensor(keys, dtype=torch.long, device=input_ids.device)
 
 
-def gathered(tensor: torch.Tensor) -> torch.Tensor:
-    """Every rank's rows, in rank order (no gradient: the queue is a constant)."""
-    if world_size() == 1:
-        return tensor
-    parts = [torch.zeros_like(tensor) for _ in range(dist.get_world_size())]
-    dist.all_gather(parts, tensor.contiguous())
-    return torch.cat(parts)
-
-
 @part("negatives", "momentum")
-class MomentumQueue(nn.Module):
-    """ξ and the queue (a `NegativesPart`); built empty, then `track(encoder)` copies its backbone into ξ (or, under
+class MomentumQueue(EMATarget):
+    """ξ (`EMATarget`) and the queue; built empty, then `track(encoder)` copies its backbone into ξ (or, under
     `reference`, re-initialises the copy)."""
 
     def __init__(self, momentum: float = 0.995, queue_size: int = 160, convention: str = "paper") -> None:
-        super().__init__()
-        if not (isinstance(momentum, int | float) and 0 <= momentum < 1):
-            raise SentembConfigError(f"negatives.momentum={momentum} must be in [0, 1). Fix: negatives.momentum=0.995")
+        super().__init__(momentum)
         if not (isinstance(queue_size, int) and not isinstance(queue_size, bool) and 1 <= queue_size <= MAX_QUEUE_SIZE):
             raise SentembConfigError(
                 f"negatives.queue_size={queue_size} must be a whole number from 1 to {MAX_QUEUE_SIZE} (every step "
@@ -209,48 +88,15 @@ class MomentumQueue(nn.Module):
             )
         if convention not in CONVENTIONS:
             raise SentembConfigError(f"negatives.convention={convention!r}: use paper or reference")
-        self.momentum, self.queue_size, self.convention = float(momentum), queue_size, convention
-        self.backbone: nn.Module | None = None
-        self.tracked: list[str] = []  # names of the backbone parameters ξ follows
+        self.queue_size, self.convention = queue_size, convention
         self.queue: torch.Tensor | None = None  # (k ≤ K, D), oldest first
         self.queue_ids: torch.Tensor | None = None  # (k,) each entry's sentence (sentence_keys)
         self.emptied_at_epoch = -1  # reference: the epoch whose start last emptied the queue (a resume keeps it)
 
-    def track(self, encoder: SentenceEncoder) -> None:
-        """ξ as a copy of the encoder's backbone θ (frozen parameters shared, not copied: they never change), or
-        under `reference` a full copy re-initialised at random."""
-        online = encoder.backbone
-        frozen = (
-            {} if self.convention == "reference" else {id(p): p for p in online.parameters() if not p.requires_grad}
-        )
-        self.backbone = copy.deepcopy(online, memo=dict(frozen))
-        self.tracked = [name for name, p in online.named_parameters() if id(p) not in frozen]
-        for name, p in self.backbone.named_parameters():
-            if name in self.tracked:
-                p.requires_grad_(False)
-        if self.convention == "reference":
-            init = getattr(self.backbone, "_init_weights", None)
-            if init is None:
-                raise SentembConfigError(
-                    f"negatives.convention=reference: {type(online).__name__} has no Hugging Face _init_weights to "
-                    "start the momentum encoder at random. Fix: negatives.convention=paper"
-                )
-            with torch.no_grad():
-                self.backbone.apply(init)
-
-    def saved_with_adapter(self) -> set[str]:
-        """State-dict keys (relative to this module) an adapter run's checkpoint keeps: ξ's copies of the trained
-        weights; the frozen base it shares with θ is rebuilt from the base model."""
-        return {f"backbone.{name}" for name in self.tracked}
-
-    @torch.no_grad()
-    def update(self, online: nn.Module) -> None:
-        """The EMA step over the tracked parameters."""
-        if self.backbone is None:
-            raise RuntimeError("MomentumQueue.track(backbone) was not called")
-        theta = dict(online.named_parameters())
-        xi = dict(self.backbone.named_parameters())
-        ema_update([xi[name] for name in self.tracked], [theta[name].detach() for name in self.tracked], self.momentum)
+    @property
+    def starts_at_random(self) -> bool:
+        """Under `reference` ξ starts at random, as the released code's (module docstring)."""
+        return self.convention == "reference"
 
     def negatives(self, batch_ids: torch.Tensor) -> torch.Tensor | None:
         """The queue's embeddings as they stand: under `reference` every row (the released loss concatenates the
@@ -277,9 +123,6 @@ class MomentumQueue(nn.Module):
         self.queue = torch.cat([self.queue.to(keys.device), keys])[-self.queue_size :]
         self.queue_ids = torch.cat([self.queue_ids.to(ids.device), ids])[-self.queue_size :]
 
-    def training_batch(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return batch
-
     def step_negatives(
         self,
         batch: dict[str, torch.Tensor],
@@ -297,7 +140,7 @@ class MomentumQueue(nn.Module):
         sentences = gathered(sentence_keys(anchors["input_ids"], anchors["attention_mask"]))
         self.update(encoder.backbone)
         self.check_width(z1.shape[-1])
-        return StepNegatives(negatives=self.negatives(sentences), sentences=sentences)
+        return StepNegatives(negatives=self.negatives(sentences), carried={"sentences": sentences})
 
     def check_width(self, width: int) -> None:
         """The queue's rows are as wide as this run's embeddings: only a restored queue can differ (its width is
@@ -308,19 +151,19 @@ class MomentumQueue(nn.Module):
                 f"{self.queue.shape[-1]}, this run's embeddings have {width}. {RESUME_FIX}"
             )
 
-    def global_loss(self, loss: nn.Module, z1: torch.Tensor, z2: torch.Tensor, step: StepNegatives) -> LossOutput:
-        return apply_negatives(loss, z1, z2, step)
-
-    @torch.no_grad()
     def after_loss(
-        self, batch: dict[str, torch.Tensor], step: StepNegatives, *, encoder: SentenceEncoder, chunk: int | None
+        self,
+        batch: dict[str, torch.Tensor],
+        z1: torch.Tensor,
+        z2: torch.Tensor,
+        step: StepNegatives,
+        *,
+        encoder: SentenceEncoder,
+        chunk: int | None,
     ) -> None:
-        """ξ (eval mode, no gradient) embeds this batch's anchors through the online pooling and its train-only MLP
-        (ESimCSE's q = MLP_θ(Enc_ξ(x))); every rank's keys join the queue. In GradCache's chunks when it is on."""
-        keys = in_chunks(
-            lambda rows: encoder(rows, train_head=True, backbone=self.backbone), anchor_batch(batch), chunk
-        )
-        self.enqueue(keys, step.sentences)
+        """ξ embeds this batch's anchors (`target_embeddings`: ESimCSE's q = MLP_θ(Enc_ξ(x)), not the online z1);
+        every rank's keys join the queue."""
+        self.enqueue(self.target_embeddings(encoder, anchor_batch(batch), chunk), step.carried["sentences"])
 
     def on_epoch_start(self, epoch: int) -> None:
         """The released code empties the queue at each epoch start (`reference`); the paper's queue goes on. A run
@@ -328,13 +171,6 @@ class MomentumQueue(nn.Module):
         if self.convention == "reference" and epoch != self.emptied_at_epoch:
             self.queue = self.queue_ids = None
             self.emptied_at_epoch = epoch
-
-    def train(self, mode: bool = True) -> MomentumQueue:
-        """ξ stays in eval mode (no dropout) whatever the module's mode: ESimCSE encodes the queue without dropout."""
-        super().train(mode)
-        if self.backbone is not None:
-            self.backbone.eval()
-        return self
 
     def get_extra_state(self) -> dict[str, Any]:
         epoch = self.emptied_at_epoch
@@ -360,11 +196,7 @@ class MomentumQueue(nn.Module):
         """A resumed checkpoint's `negatives.*` entries (`entries`), before any model loads: ξ's weights are there
         and the queue's state is one this run can take (`queue_state_problem`: at most K rows, or under `reference`
         the whole first batch of an epoch, `resumed_rows_allowed`)."""
-        if not any(key.startswith(f"{NEGATIVES_PREFIX}backbone.") for key in entries):
-            raise SentembConfigError(
-                f"{named} holds no momentum encoder (no {NEGATIVES_PREFIX}backbone.* weights), though it was trained "
-                f"with negatives=momentum. {RESUME_FIX}"
-            )
+        self.check_target_saved(entries, named, "momentum")
         state = entries.get(f"{NEGATIVES_PREFIX}_extra_state")
         if state is None:
             raise SentembConfigError(
@@ -438,53 +270,3 @@ def resumed_rows_allowed(queue: MomentumQueue, cfg: Mapping[str, Any]) -> int:
         return queue.queue_size
     devices = devices_asked(trainer.get("devices")) or max(torch.cuda.device_count(), 1)
     return max(queue.queue_size, batch * devices * int(trainer.get("num_nodes") or 1))
-
-
-def check_resumed_negatives(
-    ckpt_path: str | None, cfg: Mapping[str, Any], checkpoint: Mapping[str, Any] | None = None
-) -> None:
-    """The checkpoint a run resumes from (ckpt_path, the run folder's last.ckpt in a resume in place), before any
-    model loads: it was trained with the negatives part this run asks for (a resume continues a run, with the state
-    its part saved: a SimCSE checkpoint has no momentum encoder nor queue to go on with), and that part's state in it
-    is one the part can take (the part's `check_resumed_state`; a part without one keeps no state, so none may be
-    there). `checkpoint`: the file as `check_checkpoint_path` read it; else read with its tensors left on disk
-    (`read_checkpoint`, which has checked the file itself)."""
-    if not ckpt_path:
-        return
-    named = f"ckpt_path={ckpt_path}"
-    if checkpoint is None:
-        checkpoint = read_checkpoint(ckpt_path, mmap=True)
-    asked = resolved_container(cfg.get("negatives")) or None
-    saved_name = part_name((checkpoint.get("hyper_parameters") or {}).get("negatives"))
-    asked_name = part_name(asked)
-    if saved_name != asked_name:
-        raise SentembConfigError(
-            f"{named} was trained with negatives={saved_name or 'null (none)'}, this run asks for "
-            f"negatives={asked_name or 'null (none)'}: a resume goes on with the state the run's own part saved "
-            "(ESimCSE's momentum encoder and queue), which the other part has not. Fix: resume with the run's own "
-            "negatives= (its .hydra/overrides.yaml), or start a new run"
-        )
-    if asked is None:
-        return
-    entries = {key: value for key, value in checkpoint["state_dict"].items() if key.startswith(NEGATIVES_PREFIX)}
-    part_built = build_part("negatives", asked)  # its constructor only: nothing is copied or loaded before `track`
-    check = getattr(part_built, "check_resumed_state", None)
-    if check is not None:
-        check(entries, named, cfg)
-    elif entries:
-        raise SentembConfigError(
-            f"{named} holds state under {NEGATIVES_PREFIX}* ({', '.join(sorted(entries)[:3])}), which "
-            f"negatives={asked_name} never saves. {RESUME_FIX}"
-        )
-
-
-def check_negatives(cfg: Mapping[str, Any]) -> None:
-    """The configured negatives part's own pre-run checks, before any model loads: built from its config (its
-    constructor checks its options; nothing is copied or loaded until `track`), then its `check_config` (the loss and
-    trainer it cannot go with). Nothing without a negatives= group."""
-    node = cfg.get("negatives")
-    if not node:
-        return
-    check = getattr(build_part("negatives", node), "check_config", None)
-    if check is not None:  # a part of your own may declare none
-        check(cfg)

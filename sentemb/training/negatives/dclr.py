@@ -17,7 +17,7 @@ passes none: padding is attended, by both; dev and test evaluation keep the mask
 the encoder's pooling reads the same all-ones mask (a mean pooling then averages padding too).
 
 The complementary model (`complementary`) is frozen and never trained: outside the module's submodules
-(held in a plain list), so it is in no state dict, checkpoint, export, DDP bucket nor optimizer; it is
+(a `FrozenModel`), so it is in no state dict, checkpoint, export, DDP bucket nor optimizer; it is
 rebuilt, not restored, when a run resumes. It runs in train mode (dropout on, as the released code) under
 no_grad on both views of the batch (unsupervised SimCSE: the batch twice), on the batch's device; under
 DDP its embeddings are gathered like the z's. Its sources:
@@ -54,6 +54,7 @@ from sentemb.common.memory import in_gib
 from sentemb.common.parts import lookup, part
 from sentemb.encoders.encoder import BACKBONE_INPUTS
 from sentemb.encoders.models.backbones import declared_hidden_size
+from sentemb.encoders.models.frozen import FrozenModel
 from sentemb.encoders.models.model_files import memory_short_of
 from sentemb.losses.base import (
     NON_NEGATIVE,
@@ -67,8 +68,9 @@ from sentemb.losses.base import (
 )
 from sentemb.losses.geometry import paradigm_stats
 from sentemb.training.distributed import world_size
-from sentemb.training.momentum import (
+from sentemb.training.negatives.base import (
     CONVENTIONS,
+    NegativesPart,
     StepNegatives,
     apply_negatives,
     gathered,
@@ -90,9 +92,9 @@ MAX_ASCENT_STEPS = 1000  # 250x the released code's 4
 
 
 @part("negatives", "dclr")
-class DCLRNegatives(nn.Module):
-    """DCLR's noise negatives and false-negative exclusion (`NegativesPart`); built empty, then `track(encoder)`
-    builds the complementary model."""
+class DCLRNegatives(NegativesPart):
+    """DCLR's noise negatives and false-negative exclusion; built empty, then `track(encoder)` builds the
+    complementary model."""
 
     def __init__(
         self,
@@ -136,8 +138,7 @@ class DCLRNegatives(nn.Module):
         self.ascent_tau = None if ascent_tau is None else float(ascent_tau)
         self.noise_times, self.ascent_steps, self.step_size = float(noise_times), ascent_steps, float(step_size)
         self.phi, self.complementary, self.convention = float(phi), complementary, convention
-        # a plain list, not a submodule: never in a state dict, DDP, the optimizer, nor moved by module.to()
-        self.frozen: list[nn.Module] = []
+        self.frozen = FrozenModel()  # the complementary model, outside the state
 
     # ---- the pre-run check
 
@@ -196,10 +197,7 @@ class DCLRNegatives(nn.Module):
     def track(self, encoder: SentenceEncoder) -> None:
         """The complementary model, built now (in the module's constructor: `initial` copies the encoder's weights
         before any checkpoint loads)."""
-        self.frozen = [build_complementary(self.complementary, encoder)]
-
-    def on_epoch_start(self, epoch: int) -> None:
-        """Nothing: DCLR keeps no state across steps."""
+        self.frozen.hold(build_complementary(self.complementary, encoder))
 
     def training_batch(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """`reference`: every attention mask all ones (the released training forward passes none: padding is
@@ -236,11 +234,6 @@ class DCLRNegatives(nn.Module):
         if self.convention == "reference":
             return self.reference_loss(z1, z2, step.negatives, step.excluded, float(loss.tau))
         return apply_negatives(loss, z1, z2, step)
-
-    def after_loss(
-        self, batch: dict[str, torch.Tensor], step: StepNegatives, *, encoder: SentenceEncoder, chunk: int | None
-    ) -> None:
-        """Nothing: the noise is drawn anew each step."""
 
     # ---- DCLR's pieces
 
@@ -327,13 +320,9 @@ class DCLRNegatives(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(c1, c2): the complementary model's embeddings of both training views (train mode, no gradient; in
         GradCache's chunks when it is on), every rank's gathered in rank order like the z's."""
-        if not self.frozen:
+        model = self.frozen.on(batch["input_ids"].device)  # dropout on, as the released code's complementary model
+        if model is None:
             raise RuntimeError("DCLRNegatives.track(encoder) was not called")
-        model = self.frozen[0]
-        device = batch["input_ids"].device
-        if any(p.device != device for p in model.parameters()):  # its first step, or after the module moved
-            model.to(device)
-        model.train()  # dropout on, as the released code's complementary model
         views = training_view_batches(batch)[:2]
         return tuple(gathered(in_chunks(model, view, chunk)) for view in views)
 
@@ -398,7 +387,7 @@ def check_simcse_source(source: str) -> None:
 
 def build_complementary(source: str, encoder: SentenceEncoder) -> nn.Module:
     """The frozen complementary model `source` names (`initial`, a sentemb .ckpt, a Hugging Face SimCSE model), in
-    train mode, its parameters out of any optimizer (requires_grad False)."""
+    train mode (its parameters leave any optimizer when held: `FrozenModel.hold`)."""
     if source == INITIAL:
         # the frozen weights are shared (they never change); the tokenizer is shared
         frozen = {id(p): p for p in encoder.parameters() if not p.requires_grad}
@@ -413,7 +402,6 @@ def build_complementary(source: str, encoder: SentenceEncoder) -> nn.Module:
         model = TrainingRepresentation(loaded)
     else:
         model = PoolerOutput(pretrained_simcse(source, encoder))
-    model.requires_grad_(False)
     return model.train()
 
 
