@@ -9,6 +9,8 @@ Trainer, resumes exactly from the last.ckpt of a stopped run, and exports (or is
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import lightning as L
@@ -29,7 +31,10 @@ from sentemb.encoders.poolings.base import AroundPooling, Pooling, TrainingViews
 from sentemb.export import export
 from sentemb.losses import LossOutput, Objective
 from sentemb.st_modules import load_exported_folder
+from sentemb.training.auxiliary import AuxiliaryTerm
 from sentemb.training.checks import check_parts
+from sentemb.training.negatives import NegativesPart, StepNegatives
+from sentemb.training.negatives.base import refuse_loss_without_negatives
 from tests.conftest import compose_train
 from tests.test_export import compose_export
 from tests.test_train import run, train_with
@@ -92,11 +97,57 @@ class MemoryHead(AroundPooling):
         return views
 
 
+class MemoryBank(NegativesPart):
+    """A negatives part with state: the positives of the last steps (at most `size` rows) as extra negatives of the
+    loss. It writes only what it changes: its check, the step's negatives, what it keeps after the loss, its state."""
+
+    def __init__(self, size: int = 8) -> None:
+        super().__init__()
+        self.size = size
+        self.bank = torch.zeros(0)  # (k <= size, D), oldest first: torch's extra state, so checkpoints hold it
+
+    def check_config(self, cfg: dict) -> None:
+        refuse_loss_without_negatives(cfg, "negatives=memory_bank", "The bank adds negatives to a loss's denominator.")
+
+    def step_negatives(self, batch, z1, z2, *, encoder, loss, chunk) -> StepNegatives:
+        return StepNegatives(negatives=self.bank.to(z1.device) if len(self.bank) else None)
+
+    def after_loss(self, batch, z1, z2, step, *, encoder, chunk) -> None:
+        kept = self.bank.to(z2.device) if len(self.bank) else z2.new_zeros(0, z2.shape[1])
+        self.bank = torch.cat([kept, z2.detach().float()])[-self.size :]
+
+    def get_extra_state(self) -> dict[str, torch.Tensor]:
+        return {"bank": self.bank.cpu()}
+
+    def set_extra_state(self, state: dict[str, torch.Tensor]) -> None:
+        self.bank = state["bank"]
+
+
+class NegationGap(AuxiliaryTerm):
+    """An auxiliary term reading an extra view: each sentence's negation kept at least `margin` below its positive,
+    weight · mean ReLU(cos(z, z_neg) − cos(z, z⁺) + margin). The data makes the view from the options it names."""
+
+    label = "negation_gap"
+    reads = ("negation",)
+
+    def __init__(self, weight: float = 0.1, margin: float = 0.2) -> None:
+        super().__init__()
+        self.weight, self.margin = weight, margin
+
+    def data_views(self) -> dict[str, dict[str, str]]:
+        return {"negation": {"source": "rule"}}
+
+    def term(self, views: TrainingViews) -> tuple[float, torch.Tensor]:
+        z, positive, negation = views.z1, views.z2, views.view("negation", asked_by="auxiliary=negation_gap")
+        gap = F.cosine_similarity(z, negation, dim=-1) - F.cosine_similarity(z, positive, dim=-1)
+        return self.weight, torch.relu(gap + self.margin).mean()
+
+
 @pytest.fixture
 def conf_dir(tmp_path: Path) -> Path:
     """The test's own conf/ (what a part's yaml adds to the repo's), on Hydra's searchpath."""
     folder = tmp_path / "conf"
-    for group in ("loss", "pooling", "head", "model"):
+    for group in ("loss", "pooling", "head", "model", "negatives", "auxiliary"):
         (folder / group).mkdir(parents=True)
     return folder
 
@@ -111,6 +162,8 @@ def declared(monkeypatch):
         "pooling", "max", serves=ENCODERS, why_not="a decoder's padding side puts pads first, which max does not skip"
     )(MaxPooling)
     part("head", "memory", export=TRAINS_ONLY)(MemoryHead)
+    part("negatives", "memory_bank")(MemoryBank)
+    part("auxiliary", "negation_gap")(NegationGap)
     register_family(Family("olmo2", decoder=True, config_class=Olmo2Config))
 
 
@@ -143,8 +196,16 @@ def assert_resumed_exactly(full: dict, resumed: dict) -> None:
     """Same computation on the same machine: bit for bit (the weights, the optimizer, every part's state)."""
     assert full["state_dict"].keys() == resumed["state_dict"].keys()
     for key, value in full["state_dict"].items():
-        other = resumed["state_dict"][key]
-        assert torch.equal(value, other) if torch.is_tensor(value) else value == other, key
+        assert same(value, resumed["state_dict"][key]), key
+
+
+def same(value: object, other: object) -> bool:
+    """Equal tensors, or equal values, or dicts of them equal key by key (a part's extra state)."""
+    if torch.is_tensor(value):
+        return torch.is_tensor(other) and torch.equal(value, other)
+    if isinstance(value, dict):
+        return isinstance(other, dict) and value.keys() == other.keys() and all(same(value[k], other[k]) for k in value)
+    return value == other
 
 
 def assert_exports(metrics: dict, tmp_path: Path) -> None:
@@ -167,7 +228,7 @@ def overrides(tiny_overrides, small_stsb, conf_dir, declared) -> list[str]:
     ]
 
 
-# ---------------------------------------------------------------------------------------------- the four additions
+# ---------------------------------------------------------------------------------------------- the six additions
 def test_a_new_loss(overrides, conf_dir, tmp_path):
     (conf_dir / "loss" / "align_uniform.yaml").write_text("name: align_uniform\nt: 2.0\n")
     full, saved, resumed = train_and_resume([*overrides, "loss=align_uniform"], tmp_path)
@@ -207,3 +268,31 @@ def test_a_new_decoder_family(overrides, conf_dir, tmp_path):
     assert saved["hyper_parameters"]["model"]["backbone"]["family"] == "olmo2"
     assert_resumed_exactly(saved, resumed)
     assert_exports(full, tmp_path)
+
+
+def test_a_new_negatives_part_whose_state_survives_a_resume(overrides, conf_dir, tmp_path):
+    (conf_dir / "negatives" / "memory_bank.yaml").write_text("name: memory_bank\nsize: 8\n")
+    with pytest.raises(SentembConfigError, match=r"negatives=memory_bank with loss=barlow.*Fix: a loss that takes"):
+        check_parts(compose_train([*overrides, "negatives=memory_bank", "loss=barlow"], tmp_path))
+    full, saved, resumed = train_and_resume([*overrides, "negatives=memory_bank"], tmp_path)
+    bank = saved["state_dict"]["negatives._extra_state"]["bank"]
+    assert bank.shape == (8, 32) and bank.abs().sum() > 0, "two steps of 16 positives, the newest 8 kept"
+    assert_resumed_exactly(saved, resumed)  # the bank the second step read came back from the checkpoint
+    assert_exports(full, tmp_path)  # a negatives part only trains: the folder is the encoder's
+
+
+def test_a_new_auxiliary_term_reading_an_extra_view(overrides, conf_dir, tmp_path):
+    (conf_dir / "auxiliary" / "negation_gap.yaml").write_text("name: negation_gap\nweight: 0.1\nmargin: 0.2\n")
+    overrides = [*overrides, "auxiliary=negation_gap"]
+    full, saved, resumed = train_and_resume(overrides, tmp_path)
+    logged = (tmp_path / "full" / "csv" / "version_0" / "metrics.csv").read_text().splitlines()
+    assert "train/loss/negation_gap" in logged[0], "the term ran on the negation view the data made for it"
+    assert_resumed_exactly(saved, resumed)
+    assert_exports(full, tmp_path)
+
+
+def test_every_step_part_registers_with_its_package_in_a_fresh_process():
+    """No import anywhere names a negatives part or an auxiliary term: looking the kind up imports its package."""
+    code = "from sentemb.common.parts import names; print(names('negatives'), names('auxiliary'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split("\n")[0] == "['dclr', 'momentum'] ['sncse']"

@@ -192,3 +192,62 @@ def test_the_structure_summary_counts_every_module():
 
 if __name__ == "__main__":
     print(structure_summary())
+
+
+# the generic core: it builds and runs whatever parts a config names, and names no method (a comment or docstring may
+# cite one as an example)
+CORE = ("training/module.py", "encoders/build.py", "encoders/part_configs.py", "encoders/poolings/base.py")
+CORE += ("training/checks.py",)
+METHODS = re.compile(r"momentum|dclr|sncse|soft.?negative|negation|diffcse|sarcse|mntp|esimcse|hicl", re.IGNORECASE)
+
+
+def named_methods(path: Path) -> list[str]:
+    """Each identifier and non-docstring string of `path` that names a method, with its line."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    found = []
+    for node in ast.walk(tree):
+        words = []
+        if isinstance(node, ast.Name):
+            words = [node.id]
+        elif isinstance(node, ast.Attribute):
+            words = [node.attr]
+        elif isinstance(node, ast.arg):
+            words = [node.arg]
+        elif isinstance(node, ast.FunctionDef | ast.ClassDef | ast.AsyncFunctionDef):
+            words = [node.name]
+        elif isinstance(node, ast.alias):
+            words = [node.name, node.asname or ""]
+        elif isinstance(node, ast.ImportFrom):
+            words = [node.module or ""]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            words = [node.value]
+        found += [f"{path.relative_to(PACKAGE)}:{node.lineno}: {w!r}" for w in words if METHODS.search(w)]
+    return found
+
+
+def test_the_named_methods_finder_finds_one(tmp_path):
+    path = PACKAGE / "training" / "auxiliary" / "sncse.py"
+    assert any("SoftNegativeMargin" in line for line in named_methods(path))
+
+
+def test_the_generic_core_names_no_method():
+    found = [line for name in CORE for line in named_methods(PACKAGE / name)]
+    assert not found, "the core names a method (a part declares what it needs instead):\n" + "\n".join(found)
+
+
+def test_no_import_is_kept_only_to_register_a_part():
+    kept = [
+        f"{path.relative_to(PROJECT_ROOT)}:{number}"
+        for path in MODULES.values()
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if "noqa: F401" in line and "regist" in line.partition("noqa: F401")[2]  # its reason: to register
+    ]
+    assert not kept, f"a part kind's package registers its parts when looked up (common/parts.py): {kept}"
