@@ -39,8 +39,8 @@ def test_any_number_of_views_in_one_forward_read_back_by_role(tmp_path, monkeypa
     assert [tuple(z.shape) for z in views.embeddings] == [(4, 32)] * 4
     module.eval()  # no dropout: each view's embedding is its sentences' own
     views = module.training_views(batch)
-    alone = module.encoder({k.removeprefix(prefix("negation")): v for k, v in batch.items() if k.startswith("negation_")},
-                           train_head=True)  # fmt: skip
+    rows = {key.removeprefix(prefix("negation")): value for key, value in batch.items() if key.startswith("negation_")}
+    alone = module.encoder(rows, train_head=True)
     torch.testing.assert_close(views.view("negation", "a test"), alone, rtol=1e-4, atol=1e-5)  # other padding widths
 
 
