@@ -33,7 +33,7 @@ from sentemb.losses import LossOutput, Objective
 from sentemb.st_modules import load_exported_folder
 from sentemb.training.auxiliary import AuxiliaryTerm
 from sentemb.training.checks import check_parts
-from sentemb.training.negatives import NegativesPart, StepNegatives
+from sentemb.training.negatives import NegativesPart, StepInputs, StepNegatives
 from sentemb.training.negatives.base import refuse_loss_without_negatives
 from tests.conftest import compose_train
 from tests.test_export import compose_export
@@ -109,12 +109,13 @@ class MemoryBank(NegativesPart):
     def check_config(self, cfg: dict) -> None:
         refuse_loss_without_negatives(cfg, "negatives=memory_bank", "The bank adds negatives to a loss's denominator.")
 
-    def step_negatives(self, batch, z1, z2, *, encoder, loss, chunk) -> StepNegatives:
-        return StepNegatives(negatives=self.bank.to(z1.device) if len(self.bank) else None)
+    def step_negatives(self, inputs: StepInputs) -> StepNegatives:
+        return StepNegatives(negatives=self.bank.to(inputs.z1.device) if len(self.bank) else None)
 
-    def after_loss(self, batch, z1, z2, step, *, encoder, chunk) -> None:
+    def after_loss(self, inputs: StepInputs, step: StepNegatives) -> None:
+        z2 = inputs.z2.detach().float()
         kept = self.bank.to(z2.device) if len(self.bank) else z2.new_zeros(0, z2.shape[1])
-        self.bank = torch.cat([kept, z2.detach().float()])[-self.size :]
+        self.bank = torch.cat([kept, z2])[-self.size :]
 
     def get_extra_state(self) -> dict[str, torch.Tensor]:
         return {"bank": self.bank.cpu()}

@@ -35,7 +35,7 @@ from sentemb.training.auxiliary import AuxiliaryTerm
 from sentemb.training.checkpoints import CheckpointContents
 from sentemb.training.distributed import gather_with_grad, world_size
 from sentemb.training.grad_cache import GradCache
-from sentemb.training.negatives import NegativesPart, StepNegatives
+from sentemb.training.negatives import NegativesPart, StepInputs, StepNegatives
 from sentemb.training.sharding import shard_encoder
 
 log = logging.getLogger(__name__)
@@ -203,10 +203,10 @@ class SentembModule(CheckpointContents, L.LightningModule):
         z1, z2 = views.z1, views.z2
         if world > 1:
             z1, z2 = gather_with_grad(z1), gather_with_grad(z2)
-        chunk = self.chunk_sentences()
-        step = self.negatives.step_negatives(batch, z1, z2, encoder=self.encoder, loss=self.loss, chunk=chunk)
-        output = self.negatives.global_loss(self.loss, z1, z2, step)
-        self.negatives.after_loss(batch, z1, z2, step, encoder=self.encoder, chunk=chunk)
+        inputs = StepInputs(batch, z1, z2, self.encoder, self.loss, self.chunk_sentences())
+        step = self.negatives.step_negatives(inputs)
+        output = self.negatives.global_loss(inputs, step)
+        self.negatives.after_loss(inputs, step)
         return output, step
 
     def chunk_sentences(self) -> int | None:

@@ -6,8 +6,8 @@ import added anywhere.
 """
 
 from sentemb.common.parts import import_parts
-from sentemb.training.negatives.base import NegativesPart, StepNegatives
+from sentemb.training.negatives.base import NegativesPart, StepInputs, StepNegatives
 
 import_parts(__name__, __path__)  # every negatives part registers, a new module's too
 
-__all__ = ["NegativesPart", "StepNegatives"]
+__all__ = ["NegativesPart", "StepInputs", "StepNegatives"]

@@ -47,6 +47,20 @@ RESUME_FIX = (
 
 
 @dataclass(frozen=True)
+class StepInputs:
+    """What a step hands its negatives part: the batch its encoders saw, the global views' embeddings (z1, z2,
+    gathered over the ranks), the encoder, the loss, and GradCache's sentences per forward (`chunk`; None: the batch
+    at once), for a part that encodes the batch again."""
+
+    batch: dict[str, torch.Tensor]
+    z1: torch.Tensor
+    z2: torch.Tensor
+    encoder: SentenceEncoder
+    loss: nn.Module
+    chunk: int | None = None
+
+
+@dataclass(frozen=True)
 class StepNegatives:
     """What a negatives part gives one training step's loss, and gets back after it.
 
@@ -63,8 +77,7 @@ class StepNegatives:
 
 class NegativesPart(KeepsTrainedCopies, nn.Module):
     """A `negatives=` part; the defaults add nothing (the loss on the global batch alone), so a part writes only
-    the hooks it changes. `chunk`: GradCache's sentences per forward (None: the batch at once), for a part that
-    encodes the batch again."""
+    the hooks it changes."""
 
     def check_config(self, cfg: Mapping[str, Any]) -> None:
         """What the part cannot go with in the run's config `cfg`, before any model loads (its options: its
@@ -93,35 +106,17 @@ class NegativesPart(KeepsTrainedCopies, nn.Module):
         """The batch the step's encoders see: the batch, by default."""
         return batch
 
-    def step_negatives(
-        self,
-        batch: dict[str, torch.Tensor],
-        z1: torch.Tensor,
-        z2: torch.Tensor,
-        *,
-        encoder: SentenceEncoder,
-        loss: nn.Module,
-        chunk: int | None,
-    ) -> StepNegatives:
-        """After the views and their DDP gather (z1, z2 the global batch's), before the loss: none by default."""
+    def step_negatives(self, inputs: StepInputs) -> StepNegatives:
+        """After the views and their DDP gather, before the loss: none by default."""
         return StepNegatives()
 
-    def global_loss(self, loss: nn.Module, z1: torch.Tensor, z2: torch.Tensor, step: StepNegatives) -> LossOutput:
+    def global_loss(self, inputs: StepInputs, step: StepNegatives) -> LossOutput:
         """The step's global loss with its negatives (`apply_negatives`)."""
-        return apply_negatives(loss, z1, z2, step)
+        return apply_negatives(inputs.loss, inputs.z1, inputs.z2, step)
 
-    def after_loss(
-        self,
-        batch: dict[str, torch.Tensor],
-        z1: torch.Tensor,
-        z2: torch.Tensor,
-        step: StepNegatives,
-        *,
-        encoder: SentenceEncoder,
-        chunk: int | None,
-    ) -> None:
-        """After the loss, before backward, with the step's global embeddings (z1, z2, as the loss had them).
-        Nothing by default."""
+    def after_loss(self, inputs: StepInputs, step: StepNegatives) -> None:
+        """After the loss, before backward, with the step's global embeddings (as the loss had them). Nothing by
+        default."""
 
 
 def apply_negatives(loss: nn.Module, z1: torch.Tensor, z2: torch.Tensor, step: StepNegatives) -> LossOutput:

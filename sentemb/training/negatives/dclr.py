@@ -71,6 +71,7 @@ from sentemb.training.distributed import world_size
 from sentemb.training.negatives.base import (
     CONVENTIONS,
     NegativesPart,
+    StepInputs,
     StepNegatives,
     apply_negatives,
     gathered,
@@ -207,21 +208,13 @@ class DCLRNegatives(NegativesPart):
         unmasked = {key: torch.ones_like(value) for key, value in batch.items() if key.endswith("attention_mask")}
         return {**batch, **unmasked}
 
-    def step_negatives(
-        self,
-        batch: dict[str, torch.Tensor],
-        z1: torch.Tensor,
-        z2: torch.Tensor,
-        *,
-        encoder: SentenceEncoder,
-        loss: nn.Module,
-        chunk: int | None,
-    ) -> StepNegatives:
+    def step_negatives(self, inputs: StepInputs) -> StepNegatives:
         """The noise negatives (from the global z1, z2 at the loss's τ), and the false negatives the complementary
         model finds among the batch (none among the noise columns)."""
+        loss = inputs.loss
         tau = float(loss.tau) if hasattr(loss, "tau") else None  # reference: infonce's, checked before the run
-        noise = self.noise_negatives(z1, z2, self.ascent_tau or tau)
-        c1, c2 = self.complementary_embeddings(batch, chunk)
+        noise = self.noise_negatives(inputs.z1, inputs.z2, self.ascent_tau or tau)
+        c1, c2 = self.complementary_embeddings(inputs.batch, inputs.chunk)
         flagged = self.false_negatives(c1, c2, tau)
         n = flagged.shape[0]
         excluded = torch.cat((flagged, flagged.new_zeros(n, noise.shape[0])), dim=1)
@@ -230,10 +223,11 @@ class DCLRNegatives(NegativesPart):
             negatives=noise if noise.shape[0] else None, excluded=excluded, logged={EXCLUDED_SHARE: share}
         )
 
-    def global_loss(self, loss: nn.Module, z1: torch.Tensor, z2: torch.Tensor, step: StepNegatives) -> LossOutput:
+    def global_loss(self, inputs: StepInputs, step: StepNegatives) -> LossOutput:
+        """`reference`: the released code's loss (`reference_loss`); `paper`: the configured loss's."""
         if self.convention == "reference":
-            return self.reference_loss(z1, z2, step.negatives, step.excluded, float(loss.tau))
-        return apply_negatives(loss, z1, z2, step)
+            return self.reference_loss(inputs.z1, inputs.z2, step.negatives, step.excluded, float(inputs.loss.tau))
+        return apply_negatives(inputs.loss, inputs.z1, inputs.z2, step)
 
     # ---- DCLR's pieces
 

@@ -38,7 +38,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import nn
 
 from sentemb.common.batch_views import anchor_batch
 from sentemb.common.errors import SentembConfigError
@@ -47,6 +46,7 @@ from sentemb.training.negatives.base import (
     CONVENTIONS,
     NEGATIVES_PREFIX,
     RESUME_FIX,
+    StepInputs,
     StepNegatives,
     gathered,
     refuse_loss_without_negatives,
@@ -56,7 +56,7 @@ from sentemb.training.negatives.ema import EMATarget
 from sentemb.training.sharding import devices_asked
 
 if TYPE_CHECKING:
-    from sentemb.encoders.encoder import SentenceEncoder
+    pass
 # K's bound: every step scores N × K logits and the queue holds K × D floats on the device; 2^16 is MoCo's largest
 # queue (ESimCSE's is 160), far above any corpus-sized use and far below a queue that would exhaust a device
 MAX_QUEUE_SIZE = 65_536
@@ -123,23 +123,14 @@ class MomentumQueue(EMATarget):
         self.queue = torch.cat([self.queue.to(keys.device), keys])[-self.queue_size :]
         self.queue_ids = torch.cat([self.queue_ids.to(ids.device), ids])[-self.queue_size :]
 
-    def step_negatives(
-        self,
-        batch: dict[str, torch.Tensor],
-        z1: torch.Tensor,
-        z2: torch.Tensor,
-        *,
-        encoder: SentenceEncoder,
-        loss: nn.Module,
-        chunk: int | None,
-    ) -> StepNegatives:
+    def step_negatives(self, inputs: StepInputs) -> StepNegatives:
         """ESimCSE's step before its loss: every rank's anchors' sentence keys (`sentence_keys`, gathered), the EMA
         update of ξ (θ as it stands before this step's update), then the queue as it stood before this step, without
         the entries of this global batch's sentences."""
-        anchors = anchor_batch(batch)
+        anchors = anchor_batch(inputs.batch)
         sentences = gathered(sentence_keys(anchors["input_ids"], anchors["attention_mask"]))
-        self.update(encoder.backbone)
-        self.check_width(z1.shape[-1])
+        self.update(inputs.encoder.backbone)
+        self.check_width(inputs.z1.shape[-1])
         return StepNegatives(negatives=self.negatives(sentences), carried={"sentences": sentences})
 
     def check_width(self, width: int) -> None:
@@ -151,19 +142,11 @@ class MomentumQueue(EMATarget):
                 f"{self.queue.shape[-1]}, this run's embeddings have {width}. {RESUME_FIX}"
             )
 
-    def after_loss(
-        self,
-        batch: dict[str, torch.Tensor],
-        z1: torch.Tensor,
-        z2: torch.Tensor,
-        step: StepNegatives,
-        *,
-        encoder: SentenceEncoder,
-        chunk: int | None,
-    ) -> None:
+    def after_loss(self, inputs: StepInputs, step: StepNegatives) -> None:
         """ξ embeds this batch's anchors (`target_embeddings`: ESimCSE's q = MLP_θ(Enc_ξ(x)), not the online z1);
         every rank's keys join the queue."""
-        self.enqueue(self.target_embeddings(encoder, anchor_batch(batch), chunk), step.carried["sentences"])
+        keys = self.target_embeddings(inputs.encoder, anchor_batch(inputs.batch), inputs.chunk)
+        self.enqueue(keys, step.carried["sentences"])
 
     def on_epoch_start(self, epoch: int) -> None:
         """The released code empties the queue at each epoch start (`reference`); the paper's queue goes on. A run
