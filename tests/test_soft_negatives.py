@@ -8,8 +8,11 @@ import torch.nn.functional as F
 
 from sentemb.common.batch_views import POSITIVE, prefix
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.file_values import checked
+from sentemb.common.hydra_plumbing import resolved_container
 from sentemb.data.negation import negate_offline
 from sentemb.data.views import NEGATION
+from sentemb.encoders.checkpoint import HPARAMS, HPARAMS_SHAPE
 from sentemb.encoders.poolings.templates import PROMPTBERT_TEMPLATE, SNCSE_POSITIVE_TEMPLATE
 from sentemb.training.auxiliary.sncse import bidirectional_margin
 from sentemb.training.checks import check_parts
@@ -131,3 +134,16 @@ def test_bad_soft_negative_settings_are_refused_before_any_model_loads(overrides
     cfg = compose_train(["model=tiny", *SNCSE, *overrides], tmp_path)
     with pytest.raises(SentembConfigError, match=key):
         check_parts(cfg)
+
+
+def test_a_checkpoint_written_with_the_soft_negatives_name_builds_its_margin_term(tmp_path):
+    """Checkpoints before auxiliary= stored SNCSE's node as `soft_negatives`: read as today's auxiliary=sncse."""
+    cfg = compose_train(["model=tiny", *SNCSE], tmp_path)
+    hparams = {key: resolved_container(cfg.get(key)) for key in HPARAMS}
+    hparams["soft_negatives"] = hparams.pop("auxiliary")
+    checked(hparams, "hyper_parameters", HPARAMS_SHAPE)  # what read_checkpoint accepts
+    module = SentembModule(**hparams)
+    assert [type(term).__name__ for term in module.auxiliary] == ["SoftNegativeMargin"]
+    assert module.data_views()["negation"]["source"] == "rule"
+    with pytest.raises(TypeError, match=r"unexpected keyword arguments \['auxiliaries'\]"):
+        SentembModule(**{**hparams, "auxiliaries": None})
