@@ -11,6 +11,7 @@ import matplotlib
 import pytest
 
 from sentemb.common.log_noise import DropLines, DropPoolerOnlyReport
+from sentemb.common.parts import KIND_PACKAGES
 from sentemb.common.paths import PROJECT_ROOT
 from sentemb.common.process import FIGURE_BACKEND, configure_process
 from tests.test_structure import COMMANDS, MODULES, PACKAGE
@@ -48,12 +49,7 @@ AT_IMPORT = {
     **{
         (package, "import_parts(__name__, __path__)"): "a package's parts register when it is imported "
         "(common/parts.py), so a new module is found without a list to edit"
-        for package in (
-            "sentemb.losses",
-            "sentemb.encoders.models",
-            "sentemb.encoders.poolings",
-            "sentemb.encoders.heads",
-        )
+        for package in set(KIND_PACKAGES.values())  # each kind of part's package
     },
 }
 NOISE_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "transformers.modeling_utils")
