@@ -39,7 +39,7 @@ from sentemb.encoders.part_configs import EncoderConfig, ModelConfig, checked_pa
 def attach_head(pooler: Any, head: Any) -> Any:
     """A head around the pooling (one that keeps the pooling's vector, `wraps_pooling`) or in its place (the pooling
     may refuse: `with_head`)."""
-    return head.around(pooler) if getattr(head, "wraps_pooling", False) else pooler.with_head(head)
+    return head.around(pooler) if head.wraps_pooling else pooler.with_head(head)
 
 
 def check_encoder_parts(

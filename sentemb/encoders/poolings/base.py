@@ -137,6 +137,8 @@ class HeadHooks:
     class (`loads_output_layer`, `built_with`) and its sources are checked before the run (`check_sources`).
     """
 
+    # the head goes around the pooling and keeps its vector (`AroundPooling`), else it takes the pooling's place
+    wraps_pooling: bool = False
     # the builder loads the causal-LM model and hands its output layer to `built_with` (MNTP's lm_head); read from the
     # class before anything loads
     loads_output_layer: bool = False
