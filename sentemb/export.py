@@ -21,59 +21,62 @@ The folder's README.md is a model card: a name unique to the training run, the t
 the STS table (from `results.json` beside the checkpoint, or `evaluate=true`) and the commands.
 The folder is built in a staging folder beside `out=` and renamed into place whole, its card written last
 (docs/export.md): an export stopped part-way, even by SIGKILL, leaves `out=` as it was.
+
+`write_export` is the recipe (checks, the encoder, its folder, the card); the library it calls is in sentemb.eval:
+the model card (eval.model_card), `whitening=` (eval.whitening_export) and `format=onnx` (eval.onnx_export). The
+folder's sentence-transformers modules and the adapter folder are built here, from sentemb.st_modules (a top-level
+module, which the layers below the commands do not import).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
-import shlex
 import sys
 import tempfile
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import hydra
-import numpy as np
 import torch
-import yaml
 from omegaconf import DictConfig, OmegaConf
 from safetensors.torch import load_file, save_file
 
 from sentemb.common.command_line import checked_command_line
 from sentemb.common.errors import SentembConfigError
-from sentemb.common.file_values import Shape, read_json, read_yaml
+from sentemb.common.file_values import read_json
 from sentemb.common.folder_lock import LOCK_NAME, FolderLock, enclosing_locks, take_folder_lock
-from sentemb.common.hydra_plumbing import resolved_container
 from sentemb.common.parts import NATIVE, TRAINS_ONLY, declared_part
-from sentemb.common.paths import CONF_DIR, resolve_data_root
+from sentemb.common.paths import CONF_DIR
 from sentemb.common.process import configure_process
 from sentemb.common.published_files import exit_on_sigterm, publish_folder, publish_text, staging_folder
-from sentemb.encoders.checkpoint import current_part, model_label
 from sentemb.encoders.encoder import SentenceEncoder
 from sentemb.encoders.models.adapters import is_adapted, merged
 from sentemb.encoders.models.backbones import check_model
 from sentemb.encoders.part_configs import is_decoder_config
 from sentemb.encoders.poolings.encoder_poolings import CLSPooling, mlp_linear
-from sentemb.encoders.serving.onnx_embedder import OnnxEncoder
-from sentemb.encoders.serving.onnx_graph import check_graph_parts, write_onnx_folder
-from sentemb.eval.deployed import ArtefactCheck, artefact_table
-from sentemb.eval.report import markdown_report
-from sentemb.eval.suite import RESULTS_SHAPE, evaluate, load_encoder, served_checkpoint
-from sentemb.eval.whitening import TASK as WHITEN_TASK
-from sentemb.eval.whitening import (
-    WHITENING_FIX,
-    Whitening,
-    WhiteningCorpus,
-    check_dim_fits,
-    check_rank,
-    check_whitening_dim,
-    embedding_size,
-    whitening_corpus,
+from sentemb.eval.deployed import ArtefactCheck
+from sentemb.eval.model_card import (
+    adapter_usage,
+    beside_results,
+    folder_usage,
+    model_card,
+    model_name,
+    short,
+    training_command,
 )
-from sentemb.st_modules import EXPORT_CARD, WHITENING, FolderConfig, SentembEncoder, folder_model, save_sentemb_parts
+from sentemb.eval.onnx_export import check_format, onnx_section
+from sentemb.eval.suite import RESULTS_SHAPE, evaluate, load_encoder, served_checkpoint
+from sentemb.eval.whitening import WhiteningCorpus
+from sentemb.eval.whitening_export import (
+    check_whitening,
+    evaluate_whitening,
+    fitted_whitening,
+    whitening_module,
+    whitening_section,
+    with_whitening,
+    write_whitening_record,
+)
+from sentemb.st_modules import EXPORT_CARD, FolderConfig, SentembEncoder, folder_model, save_sentemb_parts
 
 
 def sentence_transformer(
@@ -119,168 +122,6 @@ def with_unused_pooler(folder: Path, backbone: torch.nn.Module) -> None:
     save_file(tensors, weights, metadata={"format": "pt"})
 
 
-def model_name(source: dict[str, Any]) -> str:
-    """sentemb-<backbone>-<pooling>[-<head>][-lora]-<loss>-<training run folder>: unique per training run."""
-    parts = ["sentemb", model_label(source["model"]), short("pooling", source["pooling"])]
-    if source.get("head"):
-        parts.append(short("head", source["head"]))
-    if source.get("adapter"):
-        parts.append("lora")
-    if source.get("loss"):
-        parts.append(short("loss", source["loss"]))
-    checkpoint = source.get("checkpoint")
-    parts.append(Path(checkpoint).parent.parent.name if checkpoint else "untrained")
-    return "-".join(parts)
-
-
-def short(kind: str, node: dict[str, Any]) -> str:
-    """A part's registry name (a config written before registry names: its path read by `current_part`)."""
-    return str(current_part(kind, node).get("name") or "?").rsplit(".", 1)[-1]
-
-
-def beside_results(checkpoint: str | None) -> Path | None:
-    """`results.json` of a sentemb.evaluate run kept next to the checkpoint (its folder or its run folder)."""
-    if not checkpoint:
-        return None
-    for folder in (Path(checkpoint).parent, Path(checkpoint).parent.parent):
-        if (folder / "results.json").is_file():
-            return folder / "results.json"
-    return None
-
-
-def model_card(
-    name: str,
-    source: dict[str, Any],
-    results: dict[str, Any] | None,
-    commands: list[str],
-    usage: list[str],
-    library: str = "sentence-transformers",
-) -> str:
-    """README.md of an exported folder: `usage`, how to load it (`folder_usage` or `adapter_usage`)."""
-    parts = ("model", "pooling", "head", "adapter", "loss", "optimizer", "scheduler")
-    config = {k: source[k] for k in parts if source.get(k)}
-    trained = bool(source.get("checkpoint"))
-    pooling = short("pooling", source["pooling"])
-    about = (
-        "A sentence encoder trained with sentemb (unsupervised contrastive sentence embeddings)."
-        if trained
-        else f"An untrained encoder: {model_label(source['model'])} with {pooling} pooling as loaded, "
-        "exported by sentemb without training (a baseline)."
-    )
-    lines = [
-        "---",
-        f"library_name: {library}",
-        "tags: [sentence-transformers, sentence-similarity, sentemb]",
-        "---",
-        f"# {name}",
-        "",
-        about,
-        "",
-        *usage,
-        "",
-        f"Source: `{source.get('checkpoint') or 'no checkpoint (untrained ' + pooling + ')'}`",
-        "",
-        "## STS (Spearman x100, SentEval protocol)",
-        "",
-        demoted(markdown_report(results))
-        if results
-        else "Not evaluated: `python -m sentemb.export ... evaluate=true`.",
-        "",
-        "## Commands",
-        "",
-        "```bash",
-        *commands,
-        "```",
-        "",
-        "## Training config" if trained else "## Config",
-        "",
-        "```yaml",
-        yaml.safe_dump(portable(config), sort_keys=False).rstrip(),
-        "```",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def attention_note(model: dict[str, Any], adapter_folder: bool = False) -> list[str]:
-    """A decoder's attention as trained: kept in config.json (`is_causal`), or what the base must be loaded with."""
-    if not is_decoder_config(model):
-        return []
-    causal = "false" if model["bidirectional"] else "true"
-    way = "bidirectional" if model["bidirectional"] else "causal"
-    if adapter_folder:
-        return ["", f"Attention: {way} as trained: load the base with `is_causal={causal.title()}` (transformers 5.2+)"]
-    return ["", f"Attention: {way}, as trained (`is_causal: {causal}` in config.json; transformers 5.2+ loads it so)."]
-
-
-def folder_usage(source: dict[str, Any], custom: bool) -> list[str]:
-    """How a sentence-transformers folder loads, and what it holds."""
-    lines = [
-        "```python",
-        "from sentence_transformers import SentenceTransformer",
-        f"model = SentenceTransformer('<this folder>'{', trust_remote_code=True' if custom else ''})",
-        "```",
-    ]
-    if custom:
-        lines += [
-            "",
-            "This folder holds a `sentemb.st_modules.SentembEncoder` module (sentemb's own pooling or head), so "
-            "`sentemb` must be installed, and sentence-transformers >= 6 imports a module class from outside "
-            "its own package only with `trust_remote_code=True`, which lets it import any module `modules.json` "
-            "names. For a copy of this folder from elsewhere, `sentemb.st_modules.load_exported_folder('<this "
-            "folder>')` checks that `modules.json` names only sentence-transformers' modules and sentemb's first.",
-        ]
-    adapter = source.get("adapter")
-    if adapter:
-        lines += [
-            "",
-            f"Trained with a LoRA adapter (r={adapter['r']}, alpha={adapter['alpha']}), merged here into the base "
-            f"weights ({model_label(source['model'])}): the folder is a whole model, no peft needed.",
-        ]
-    return lines + attention_note(source["model"])
-
-
-def adapter_usage(source: dict[str, Any], base: dict[str, Any]) -> list[str]:
-    """How an adapter folder loads: the base model it needs, then the adapter."""
-    model = source["model"]
-    name = model.get("name_or_path") if not model_label(model).startswith("tiny") else model_label(model)
-    lines = [
-        f"Only a LoRA adapter (peft; r={source['adapter']['r']}, alpha={source['adapter']['alpha']}), the tokenizer "
-        "and sentemb's pooling: it needs its base model,",
-        "",
-        f"- base model: `{name}` (config fingerprint `{base['config_sha256']}`, sentemb model config below)",
-    ]
-    if model.get("init_from"):
-        lines.append(f"- with the adapter of `{model['init_from']}` merged into it (model.init_from)")
-    lines += [
-        "",
-        "```python",
-        "from sentemb.st_modules import load_adapter_folder",
-        "encoder = load_adapter_folder('<this folder>')  # name_or_path='<base folder>' if the base is elsewhere",
-        "embeddings = encoder.encode(['A sentence.'])",
-        "```",
-        "",
-        "It rebuilds the base from the config saved in `sentemb_config.json`, refuses a base whose config "
-        "fingerprint differs, and loads the adapter with peft's `PeftModel.from_pretrained`. The sentence vector "
-        f"is sentemb's {short('pooling', source['pooling'])} pooling (`sentemb_config.json`, "
-        "`sentemb_pooling.safetensors`). "
-        "For a sentence-transformers folder with the adapter merged, export without `adapter_only=true`.",
-    ]
-    return lines + attention_note(model, adapter_folder=True)
-
-
-# a model shipped inside a Python package, as conf/model/ names it (not this machine's install path)
-PACKAGED_MODEL = re.compile(r"^.*[/\\]site-packages[/\\](\w+)[/\\]model$")
-
-
-def portable(node: Any) -> Any:
-    """`node` with every packaged model's install path written as conf/model/ writes it: `${packaged_model:<pkg>}`."""
-    if isinstance(node, dict):
-        return {k: portable(v) for k, v in node.items()}
-    if isinstance(node, list):
-        return [portable(v) for v in node]
-    return PACKAGED_MODEL.sub(r"${packaged_model:\1}", node) if isinstance(node, str) else node
-
-
 def readable_by_all(folder: Path) -> None:
     """Files written through temporary files (model.safetensors: mode 0600) get the modes the umask gives new files."""
     umask = os.umask(0)
@@ -288,28 +129,6 @@ def readable_by_all(folder: Path) -> None:
     for path in folder.rglob("*"):
         if path.is_file():
             path.chmod(0o666 & ~umask)
-
-
-def demoted(markdown: str) -> str:
-    """The evaluation report's headings one level under the card's section."""
-    return "\n".join("##" + line if line.startswith("#") else line for line in markdown.splitlines())
-
-
-def training_command(checkpoint: str | None) -> list[str]:
-    """The `python -m sentemb.train ...` line of the checkpoint's run, from its .hydra/overrides.yaml."""
-    if not checkpoint:
-        return []
-    overrides = Path(checkpoint).parent.parent / ".hydra" / "overrides.yaml"
-    if not overrides.is_file():
-        return []
-    # the one rule for files: strings shown in the card, never applied (an interpolation there is the user's own)
-    words = read_yaml(overrides, Shape(text=("",)), HYDRA_FILES_FIX) or []
-    if not isinstance(words, list) or not all(isinstance(word, str) for word in words):
-        raise SentembConfigError(f"{overrides}: expected a list of key=value strings. {HYDRA_FILES_FIX}")
-    return [" ".join(["python -m sentemb.train", *map(shlex.quote, words)])]
-
-
-HYDRA_FILES_FIX = "Fix: restore the run's .hydra/ files, or move them away (the card then has no training command)"
 
 
 # results.json (sentemb.evaluate): scores and the record of what was evaluated (its parts by registry name; older
@@ -456,238 +275,6 @@ def write_export(
     publish_text(out / EXPORT_CARD, model_card(name, source, results, commands, usage, library))
     readable_by_all(out)
     return name, written
-
-
-def check_whitening(cfg: DictConfig) -> WhiteningCorpus | None:
-    """whitening= and whitening_dim=, and the corpus file (read, counted, hashed), before any model loads; None: no
-    whitening. The fit needs 2 sentences at least (a covariance) and, to keep k directions each with a variance,
-    k + 1 distinct ones (n embeddings span n - 1 directions about their mean): with whitening_dim=k that is checked
-    here, with all D directions once the encoder gives D (`fitted_whitening`)."""
-    setting, dim = cfg.get("whitening"), cfg.get("whitening_dim")
-    check_whitening_dim(setting, dim)  # evaluate's check too (sentemb.eval.whitening)
-    if not setting:
-        return None
-    if setting == WHITEN_TASK:
-        raise SentembConfigError(
-            "whitening=task fits one map per STS task on that task's own sentences, an evaluation protocol "
-            "(python -m sentemb.evaluate ... whitening=task); an exported model embeds any sentence with one map, "
-            f"fitted before it ships. {WHITENING_FIX}"
-        )
-    if cfg.get("adapter_only"):
-        raise SentembConfigError(
-            "whitening= with adapter_only=true: peft's adapter folder has no sentence-transformers modules to end with "
-            "the whitening. Fix: drop adapter_only=true (the merged model takes it), or drop whitening="
-        )
-    corpus = whitening_corpus(setting, dim)  # read, counted, hashed; fewer than 2 distinct sentences refused there
-    if dim is not None:
-        check_rank(corpus, dim, f"whitening_dim={dim}")
-    return corpus
-
-
-# a kept direction's variance below this fraction of the largest is refused at export: its standard deviation is under
-# 1e-4 of the largest one's, so float32 embeddings (~7 significant digits) hold it only to a few digits, and whitening
-# scales that rounding noise up to unit variance, differently in torch and ONNX Runtime (measured: tiny BERT's zero-
-# variance LayerNorm direction comes out at ~1e-10, MiniLM's genuine directions at >= 1e-4)
-NOISE_FLOOR = 1e-8
-
-
-def fitted_whitening(encoder: SentenceEncoder, corpus: WhiteningCorpus) -> Whitening:
-    """BERT-whitening fitted on the encoder's float32 embeddings of the corpus; refused (before the corpus is
-    embedded) where whitening_dim exceeds the embedding's size D or, keeping all D, the corpus has fewer than D + 1
-    distinct sentences, and (after) where the embeddings have no variance in a kept direction."""
-    size = embedding_size(encoder, corpus.sentences[0])
-    check_dim_fits(corpus.dim, size)
-    keep = corpus.dim or size
-    if corpus.dim is None:
-        check_rank(corpus, size, f"whitening_dim=null (all of the embedding's {size})")
-    whitening = Whitening.fit(encoder.encode(corpus.sentences), corpus.dim, f"whitening={corpus.path}")
-    variances = whitening.variances()
-    flat = int((variances < NOISE_FLOOR * variances[0]).sum()) if np.isfinite(variances).all() else keep
-    if flat or not (np.isfinite(whitening.matrix).all() and np.isfinite(whitening.mean).all()):
-        raise SentembConfigError(
-            f"whitening={corpus.path}: the encoder's embeddings of its {corpus.distinct} distinct sentences have "
-            f"(almost) no variance in {flat} of the {keep} directions kept (under {NOISE_FLOOR:g} x the largest: "
-            "float32 rounding noise, which whitening would scale up to unit variance; a final LayerNorm, as in "
-            "BERT, leaves one such direction). Fix: "
-            f"whitening_dim=<at most {max(keep - flat, 1)}>, or a corpus of more varied sentences"
-        )
-    return whitening
-
-
-def whitening_module(whitening: Whitening) -> Any:
-    """sentence-transformers' own Dense module computing y = (x − μ)W as x Wᵀ + (−μW) (float32, no activation):
-    loadable with `SentenceTransformer(folder)` alone, no sentemb, no trust_remote_code."""
-    from sentence_transformers.base.modules.dense import Dense
-
-    weight, bias = whitening.affine(np.float32)
-    into, out = weight.shape[1], weight.shape[0]
-    return Dense(into, out, True, torch.nn.Identity(), torch.from_numpy(weight), torch.from_numpy(bias))
-
-
-def with_whitening(model: Any, dense: Any, corpus: WhiteningCorpus, whitening: Whitening) -> tuple[Any, dict]:
-    """The SentenceTransformer with the whitening module after the pooling (before a Normalize module, were there
-    one: whitening acts on the raw pooled vector), and the record of its fit (`sentemb_whitening.json`)."""
-    from sentence_transformers import SentenceTransformer
-    from sentence_transformers.base.modules.normalize import Normalize
-
-    modules = list(model)
-    at = len(modules)
-    while at > 0 and isinstance(modules[at - 1], Normalize):
-        at -= 1
-    modules.insert(at, dense)
-    record = {
-        "method": "BERT-whitening (Su et al. 2021): y = (x - mean) W, as the Dense module's y = x weight^T + bias "
-        "with weight = W^T and bias = -mean W",
-        "module": f"{at}_{type(dense).__name__}",  # sentence-transformers' folder name for module `at`
-        "input_dim": int(whitening.matrix.shape[0]),
-        "dim": int(whitening.matrix.shape[1]),
-        "whitening_dim": corpus.dim,
-        "corpus": corpus.path.name,
-        "corpus_sha256": corpus.sha256,
-        "sentences": len(corpus.sentences),
-        "distinct_sentences": corpus.distinct,
-        "fitted": datetime.now(UTC).isoformat(timespec="seconds"),
-        "embeddings": "the exported encoder's, float32; mean and W fitted in float64, stored in float32",
-    }
-    return SentenceTransformer(modules=modules, device="cpu"), record
-
-
-def write_whitening_record(out: Path, record: dict[str, Any]) -> None:
-    """sentemb_whitening.json, once the folder is saved (its module's folder must be the one the record names)."""
-    if not (out / record["module"] / "config.json").is_file():
-        raise RuntimeError(f"{out}: sentence-transformers saved the whitening module elsewhere than {record['module']}")
-    publish_text(out / WHITENING, json.dumps(record, indent=2) + "\n")
-
-
-def whitening_section(record: dict[str, Any], scored: bool, table: bool) -> list[str]:
-    """The model card's lines about the whitening module."""
-    whose = (
-        "The STS table scores the whitened embeddings (evaluate=true, with the same whitening= and whitening_dim=)."
-        if scored
-        else "The STS table above scored the encoder before whitening; `evaluate=true` scores the whitened one."
-    )
-    return [
-        "",
-        "## Whitening",
-        "",
-        f"The last module, `{record['module']}` (sentence-transformers' `Dense`: weight Wᵀ, bias −μW, no "
-        f"activation), whitens the pooled embedding: y = (x − μ)W, {record['input_dim']} → {record['dim']} "
-        "dimensions (BERT-whitening, Su et al. 2021). It was fitted by `sentemb.export` on this encoder's float32 "
-        f"embeddings of `{record['corpus']}` ({record['sentences']} sentences, {record['distinct_sentences']} "
-        f"distinct; sha256 `{record['corpus_sha256']}`) on {record['fitted']}; `{WHITENING}` records the fit. "
-        "Embeddings are not normalised (the cosine is the similarity); a Normalize module after it changes no "
-        "cosine.",
-        *(["", whose] if table or scored else []),
-    ]
-
-
-def evaluate_whitening(cfg: DictConfig) -> str:
-    """The whitening overrides of the card's evaluate command."""
-    if not cfg.get("whitening"):
-        return ""
-    dim = cfg.get("whitening_dim")
-    return f" whitening={cfg.whitening}" + (f" whitening_dim={dim}" if dim is not None else "")
-
-
-class WhitenedEncoder:
-    """`encoder.encode` followed by the whitening module's Linear: the torch reference of a whitened ONNX graph."""
-
-    def __init__(self, encoder: SentenceEncoder, linear: torch.nn.Linear) -> None:
-        self.encoder, self.linear = encoder, linear
-
-    def encode(self, sentences: list[str], batch_size: int = 128, **kwargs: Any) -> np.ndarray:
-        embeddings = torch.from_numpy(self.encoder.encode(sentences, batch_size=batch_size, **kwargs))
-        with torch.no_grad():
-            return self.linear(embeddings).numpy()
-
-
-FORMATS = ("sentence-transformers", "onnx")
-
-
-def check_format(cfg: DictConfig, checkpoint: dict[str, Any] | None) -> ArtefactCheck | None:
-    """format= and export.quantize, and for format=onnx its pooling and the STS-B files export.measure reads, all
-    checked before any model loads; the STS-B check to run (None: not measured, or not format=onnx)."""
-    fmt, quantize = cfg.get("format", FORMATS[0]), OmegaConf.select(cfg, "export.quantize")
-    if fmt not in FORMATS:
-        raise SentembConfigError(f"format={fmt!r}: use sentence-transformers (the default) or onnx")
-    if fmt != "onnx":
-        if quantize:
-            raise SentembConfigError(f"export.quantize={quantize} quantises an ONNX graph. Fix: add format=onnx")
-        return None
-    if cfg.get("adapter_only"):
-        raise SentembConfigError(
-            "format=onnx with adapter_only=true: an ONNX graph holds the whole model (the adapter merged), not an "
-            "adapter. Fix: drop adapter_only=true"
-        )
-    parts = (
-        checkpoint["hyper_parameters"]
-        if checkpoint
-        else {k: resolved_container(cfg.get(k)) for k in ("pooling", "head")}
-    )
-    check_graph_parts(parts["pooling"], parts.get("head"), quantize)
-    if not OmegaConf.select(cfg, "export.measure", default=True):
-        return None
-    return ArtefactCheck(resolve_data_root(cfg.paths.data_dir) / "senteval" / "downstream" / "STS" / "STSBenchmark")
-
-
-def onnx_section(
-    encoder: SentenceEncoder,
-    out: Path,
-    quantize: str | None,
-    custom: bool,
-    check: ArtefactCheck | None,
-    pooling: str,
-    whitening: torch.nn.Linear | None = None,
-) -> list[str]:
-    """Write the ONNX graph(s), the loader and its recipe into `out`; the model card's lines about them. The encoder
-    is made float32 (the graph's precision, and the reference the artefacts are measured against); `whitening`, the
-    whitening Dense module's Linear, is the graph's last op and part of the reference."""
-    recipe = write_onnx_folder(encoder, out, quantize, whitening)
-    graphs, rows = recipe["graphs"], RECIPE_WORDS[recipe["rows"]["kind"]]
-    lines = [
-        "",
-        "## ONNX: the pooling inside the graph",
-        "",
-        f"`{graphs['fp32']}` maps token ids to the sentence embedding (output `sentence_embedding`) with the "
-        f"{pooling} pooling inside the graph"
-        + (f"; `{graphs['int8']}` is its int8 form (ONNX Runtime's dynamic quantisation)." if quantize else ".")
-        + (
-            " The whitening is the graph's last op (the folder's Dense weights; float32 in every graph)."
-            if whitening is not None
-            else ""
-        )
-        + " `sentemb_onnx.py` embeds with it and needs only numpy, onnxruntime and tokenizers (no torch, no sentemb):",
-        "",
-        "```python",
-        "from sentemb_onnx import load  # the folder's sentemb_onnx.py, beside your code or on sys.path",
-        "model = load('<this folder>')"
-        + ("  # load('<this folder>', file='onnx/model_qint8.onnx'): int8" if quantize else ""),
-        "vectors = model.embed(['A sentence.', 'Another one.'])  # float32, one row per sentence",
-        "```",
-        "",
-        f"Before the graph, {rows} (`sentemb_onnx.json`: `rows`). Scored as deployed, on SentEval: "
-        "`python -m sentemb.evaluate onnx=<this folder> tasks=sts` (`onnx=<this folder>/onnx/model_qint8.onnx`: int8).",
-    ]
-    if not custom:
-        lines += [
-            "",
-            "The folder is also sentence-transformers' ONNX layout: `SentenceTransformer('<this folder>', "
-            "backend='onnx')` reads the graph's `last_hidden_state` output and pools it with its own Pooling module "
-            "(`model_kwargs={'file_name': 'onnx/model_qint8.onnx'}` for int8); it needs `sentence-transformers[onnx]`.",
-        ]
-    if check is not None:
-        files = {"torch": "model.safetensors", **{f"onnx {k}": v for k, v in graphs.items()}}
-        artefacts = {f"onnx {k}": OnnxEncoder(out, file=v) for k, v in graphs.items()}
-        reference = encoder if whitening is None else WhitenedEncoder(encoder, whitening)
-        lines += ["", "### Measured", "", *artefact_table(check.measure(reference, artefacts), files, out)]
-    return lines
-
-
-RECIPE_WORDS = {
-    "plain": "each sentence is tokenised as the tokenizer does it",
-    "append": "each sentence is tokenised and EOS appended where the tokenizer did not end it with EOS",
-    "template": "each sentence's tokens are placed in the pooling's prompt template (cut to fit its max_length)",
-}
 
 
 def check_adapter_only(cfg: DictConfig, checkpoint: dict[str, Any] | None) -> None:

@@ -37,6 +37,7 @@ from sentemb.encoders.encoder import SentenceEncoder
 from sentemb.encoders.models.adapters import base_fingerprint, is_adapted
 from sentemb.encoders.models.model_files import check_model_files
 from sentemb.encoders.part_configs import is_decoder_config
+from sentemb.eval.whitening_export import WHITENING
 
 CONFIG = "sentemb_config.json"
 POOLING_WEIGHTS = "sentemb_pooling.safetensors"
@@ -248,9 +249,9 @@ def adapter_config(path: Path) -> Any:
 MODULES = "modules.json"
 OWN_MODULE = f"{__name__}.SentembEncoder"  # the one module outside sentence-transformers an exported folder names
 MODULES_SHAPE = Shape(keys={"": ("idx", "name", "path", "type", "kwargs")})
-# an exported folder's BERT-whitening (export whitening=<corpus>): the record of its fit and the path of its module,
-# a sentence-transformers Dense (weight Wᵀ, bias −μW, identity activation) after the pooling
-WHITENING = "sentemb_whitening.json"
+# an exported folder's BERT-whitening (export whitening=<corpus>): the record of its fit (WHITENING, written by
+# sentemb.eval.whitening_export) and the path of its module, a sentence-transformers Dense (weight Wᵀ, bias −μW,
+# identity activation) after the pooling
 WHITENING_KEYS = (
     "method", "module", "input_dim", "dim", "whitening_dim", "corpus", "corpus_sha256", "sentences",
     "distinct_sentences", "fitted", "embeddings",

@@ -28,7 +28,7 @@ from sentemb.common.paths import CONF_DIR
 from sentemb.encoders.build import load_checkpoint_encoder
 from sentemb.encoders.models.backbones import pretrained_backbone, tiny_bert
 from sentemb.encoders.serving.onnx_embedder import OnnxEncoder
-from sentemb.export import training_command
+from sentemb.eval.model_card import training_command
 from sentemb.runs.record import read_record, write_record
 from sentemb.st_modules import checked_modules, load_adapter_folder, read_config
 from sentemb.train import train
@@ -517,7 +517,7 @@ READERS = {
     ("sentemb/st_modules.py", "checked_modules"): modules_reader,
     ("sentemb/st_modules.py", "adapter_config"): adapter_config_reader,
     ("sentemb/encoders/checkpoint.py", "read_checkpoint"): checkpoint_reader,
-    ("sentemb/export.py", "training_command"): overrides_reader,
+    ("sentemb/eval/model_card.py", "training_command"): overrides_reader,
     ("sentemb/export.py", "write_export"): results_reader,
     ("sentemb/runs/contenders.py", "evaluation_folder"): evaluation_folder_reader,
     ("sentemb/runs/optuna_study.py", "optuna_sweep"): optuna_reader,

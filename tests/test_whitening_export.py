@@ -22,8 +22,9 @@ from sentemb.common.errors import SentembConfigError
 from sentemb.encoders.serving.onnx_embedder import OnnxEncoder
 from sentemb.eval.suite import load_encoder
 from sentemb.eval.whitening import Whitening, corpus_sentences
+from sentemb.eval.whitening_export import WHITENING
 from sentemb.export import export
-from sentemb.st_modules import WHITENING, load_exported_folder
+from sentemb.st_modules import load_exported_folder
 from tests.test_export import SENTENCES, compose_export
 from tests.test_onnx import MORE
 
@@ -184,11 +185,9 @@ AFTER_THE_MODEL = {  # refusals that need the embedding's size D (32): before th
 
 @pytest.mark.parametrize("case", AFTER_THE_MODEL)
 def test_whitening_dim_against_the_embeddings_size_is_refused_before_the_fit(case, tmp_path, corpus, monkeypatch):
-    import sentemb.export as export_module
-
     name, overrides, message = AFTER_THE_MODEL[case]
     source = corpus if name == "corpus200" else write_lines(tmp_path / "c20.txt", corpus_sentences(corpus)[:20])
-    monkeypatch.setattr(export_module.Whitening, "fit", lambda *a, **k: pytest.fail("the corpus was fitted"))
+    monkeypatch.setattr(Whitening, "fit", lambda *a, **k: pytest.fail("the corpus was fitted"))
     (tmp_path / "out").mkdir()
     with pytest.raises(SentembConfigError, match=message):
         export(compose_export([*TINY, f"whitening={source}", *overrides, f"out={tmp_path / 'out'}"]))

@@ -1,4 +1,5 @@
-"""Evaluation exactly as SentEval / SimCSE compute it."""
+"""Evaluation exactly as SentEval / SimCSE compute it, and what an export ships beside its scores: the model card,
+whitening='s module, format=onnx's graphs measured against the torch encoder."""
 
 from sentemb.eval.sts import STSBenchmark, correlations, pairwise_cosine, read_stsb_split
 
