@@ -233,7 +233,7 @@ def named_methods(path: Path) -> list[str]:
     return found
 
 
-def test_the_named_methods_finder_finds_one(tmp_path):
+def test_the_named_methods_finder_finds_one():
     path = PACKAGE / "training" / "auxiliary" / "sncse.py"
     assert any("SoftNegativeMargin" in line for line in named_methods(path))
 

@@ -68,8 +68,9 @@ class SentembModule(CheckpointContents, L.LightningModule):
         self.save_hyperparameters()
         # a checkpoint written under older names (`renamed_hparams`): its parts under today's, nothing else taken
         renamed = renamed_hparams(stored)
-        if set(renamed) - {"auxiliary"}:
-            raise TypeError(f"SentembModule got unexpected keyword arguments {sorted(set(renamed) - {'auxiliary'})}")
+        unexpected = sorted(set(renamed) - {"auxiliary"})
+        if unexpected:
+            raise TypeError(f"SentembModule got unexpected keyword arguments {unexpected}")
         auxiliary = renamed.get("auxiliary", auxiliary)
         self.encoder = build_encoder(model, pooling, head, adapter)
         # an adapter run's checkpoints hold its trained weights only (CheckpointContents); the base is rebuilt

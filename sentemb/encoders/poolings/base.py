@@ -70,7 +70,7 @@ class TrainingViews:
 
 def split_views(embedding: torch.Tensor, n: int) -> list[torch.Tensor]:
     """The rows of n sentences' views, view after view (n rows each: anchor, positive, then any others)."""
-    return list(embedding.split(n)) if n else [embedding[:0], embedding[:0]]
+    return list(embedding.split(n))
 
 
 class TrainingHooks:
