@@ -23,6 +23,7 @@ from sentemb.common.command_line import checked_command_line
 from sentemb.common.hydra_plumbing import instantiate_checked, resolved_container
 from sentemb.common.paths import CONF_DIR
 from sentemb.common.process import configure_process
+from sentemb.data.labelled import in_domain_note
 from sentemb.encoders.build import check_loaded_length
 from sentemb.runs.lifecycle import run_job
 from sentemb.training.callbacks import STSBDevEvaluation
@@ -56,7 +57,12 @@ def train(cfg: DictConfig, before_build: Callable[[DictConfig], None] | None = N
 
     trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"), weights_only=True)  # nothing runs
     raise_if_preempted(trainer)
-    return report_best(trainer, dev_eval, Path(cfg.paths.output_dir))
+    metrics = report_best(trainer, dev_eval, Path(cfg.paths.output_dir))
+    note = in_domain_note(cfg.data)
+    if note is not None:  # STS-B after STS-B train, SICK-R after SICK train: said beside the scores and recorded
+        print(note)
+        metrics["in_domain"] = note
+    return metrics
 
 
 @checked_command_line  # an unquoted non-ASCII override: named with its fix, before Hydra's lexer

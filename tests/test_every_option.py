@@ -13,12 +13,15 @@ these options.
 
 from __future__ import annotations
 
+import csv
+import functools
 import math
 import os
 import re
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +35,7 @@ import sentemb.encoders.models.backbones
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.metric_names import DEV_SPEARMAN_BEST_LOGGED, TEST_SPEARMAN
 from sentemb.common.paths import CONF_DIR, resolve_data_root
+from sentemb.data.labelled import NLI_COLUMNS
 from sentemb.runs.sweep_check import check_sweep
 from sentemb.training.checks import prepare_run
 from sentemb.training.sharding import is_sharded
@@ -59,18 +63,47 @@ DECODER_MODELS = [o for o in OPTIONS["model"] if "bidirectional" in (CONF_DIR / 
 COMPANIONS = {("model", option): ["pooling=mean"] for option in DECODER_MODELS} | {
     ("head", "mntp"): ["model=tiny-llama", "pooling=mean"],
     ("head", "diffcse"): ["pooling.mlp=none"],  # its projector takes the MLP's place
+    ("data", "stsb_train"): ["loss=cosent"],  # scored pairs: a scored pair's loss
+    ("loss", "cosent"): ["data=stsb_train"],
+    ("loss", "angle"): ["data=stsb_train"],
+    ("loss", "cosine_mse"): ["data=stsb_train"],
 }
 ONE_STEP = ["trainer.max_steps=1", "eval.every_n_steps=1", "eval.at_start=false", "data.batch_size=8"]
 
 
 def option_overrides(group: str, option: str, corpus: Path) -> list[str]:
-    """The option, the small corpus and CSV logs (unless the option is a corpus or a logger), its required value."""
+    """The option, the small corpus and CSV logs (unless the option is a corpus or a logger), its required value;
+    an option on labelled data: a labelled file in place of its own where it names none or SimCSE's NLI file (not
+    reachable here)."""
     overrides = [f"{group}={option}"]
     overrides += [] if group == "logger" else ["logger=csv"]
-    overrides += [] if group == "data" else [f"data.corpus={corpus}"]
+    source = labelled_source(group, option)
+    overrides += [] if group == "data" or source else [f"data.corpus={corpus}"]
+    if source in ("file", "nli"):
+        overrides.append(f"data.path={labelled_fixture(source)}")
     if (group, option) in NEEDS_A_VALUE:
         overrides.append(NEEDS_A_VALUE[group, option][1])
     return overrides + COMPANIONS.get((group, option), [])
+
+
+@functools.cache
+def labelled_source(group: str, option: str) -> str | None:
+    """The labelled data the option trains on (data.source: file, nli, stsb_train, ...), None for a corpus."""
+    return compose_train([f"{group}={option}", *COMPANIONS.get((group, option), [])]).data.get("source")
+
+
+@functools.cache
+def labelled_fixture(source: str) -> Path:
+    """1,024 triplets of the wiki sample's lines (a batch of 512 on each of 2 devices), under SimCSE's NLI header
+    for `nli`, `anchor,positive,negative` otherwise."""
+    lines = [line for line in (resolve_data_root() / "wiki" / "wiki1m_head.txt").read_text().splitlines() if line]
+    header = list(NLI_COLUMNS) if source == "nli" else ["anchor", "positive", "negative"]
+    path = Path(tempfile.mkdtemp(prefix="sentemb-labelled-")) / f"{source}.csv"
+    with path.open("w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        writer.writerows(lines[3 * i : 3 * i + 3] for i in range(1024))
+    return path
 
 
 def hub_models(cfg: DictConfig) -> list[str]:
@@ -101,9 +134,15 @@ def gpus_needed(cfg: DictConfig) -> int:
 
 
 def corpus_path(cfg: DictConfig) -> Path:
-    """data.corpus with the data root found as `prepare_run` finds it (paths.data_dir may be null until then)."""
+    """data.corpus (labelled data: data.path, a built-in set's the folder it reads) with the data root found as
+    `prepare_run` finds it (paths.data_dir may be null until then)."""
     probe = OmegaConf.create({"paths": {"data_dir": str(resolve_data_root(cfg.paths.data_dir))}, "data": cfg.data})
-    return Path(str(probe.data.corpus)).expanduser()
+    return Path(str(probe.data.get("path") or probe.data.corpus)).expanduser()
+
+
+def data_present(cfg: DictConfig) -> bool:
+    path = corpus_path(cfg)
+    return path.is_dir() if cfg.data.get("source") not in (None, "file", "nli") else path.is_file()
 
 
 def lacking(cfg: DictConfig) -> str | None:
@@ -113,7 +152,7 @@ def lacking(cfg: DictConfig) -> str | None:
         return f"needs the Hugging Face Hub ({', '.join(uncached)} is not in the local cache)"
     if gpus_needed(cfg) > torch.cuda.device_count():
         return f"needs {gpus_needed(cfg)} CUDA GPU(s); this machine has {torch.cuda.device_count()}"
-    if not corpus_path(cfg).is_file():
+    if not data_present(cfg):
         return f"needs {corpus_path(cfg)}, which is absent (`make data` downloads it)"
     return None
 
@@ -202,7 +241,7 @@ def test_option_composes_and_passes_the_pre_run_checks(group, option, batch_corp
         key = NEEDS_A_VALUE[group, option][0]
         with pytest.raises(SentembConfigError, match=rf"{key}.*Fix: "):
             prepare_run(compose_train([f"{group}={option}", f"data.corpus={batch_corpus}"], tmp_path))
-    if not corpus_path(cfg).is_file():  # data=wiki_full before `make data`: refused, naming the corpus
+    if not data_present(cfg):  # data=wiki_full before `make data`: refused, naming the corpus
         with pytest.raises(SentembConfigError, match=rf"{corpus_path(cfg).name}.*make data"):
             prepare_run(cfg)
         return

@@ -25,8 +25,10 @@ from torch.utils.data import DataLoader, DistributedSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 from transformers import PreTrainedTokenizerBase
 
+from sentemb.common.batch_views import prefix
 from sentemb.common.errors import SentembConfigError
 from sentemb.data.corpus import CorpusReport
+from sentemb.data.labelled import read_labelled
 from sentemb.data.repetition import check_dup_rate
 from sentemb.data.streaming import ShuffledLineStream, StreamPosition
 from sentemb.data.views import SoftNegatives, ViewCollator, encode_views, view_makers
@@ -234,3 +236,81 @@ class UnsupervisedTextDataModule(L.LightningDataModule):
                 f"Fix: resume with data.streaming={str(not self.streaming).lower()}"
             )
         self._resumed_position = state_dict.get(key)
+
+
+def encode_labelled(
+    rows: dict[str, list], tokenizer: PreTrainedTokenizerBase, max_length: int, roles: Sequence[str]
+) -> dict[str, list[list[int]]]:
+    """A batch of labelled rows → each view's token ids (truncated to `max_length`) under its role's prefix (the
+    anchor's under the tokenizer's names), as `datasets.map(batched=True)` takes it; the labels stay as they are."""
+    encoded: dict[str, list[list[int]]] = {}
+    for role in roles:
+        encoded.update(
+            {
+                f"{prefix(role)}{key}": ids
+                for key, ids in tokenizer(rows[role], truncation=True, max_length=max_length).items()
+            }
+        )
+    return encoded
+
+
+class LabelledDataModule(UnsupervisedTextDataModule):
+    """Batches of labelled rows (sentemb.data.labelled): the anchor, its labelled positive as view 2, its hard
+    negatives as views `hard_negative_1` ..., and the labels (`text_ids`: each text's id, which the module masks
+    duplicates by; `scores`: a scored pair's score in [0, 1]). Shuffling, DDP shares and resume: the unsupervised
+    datamodule's (the same loader)."""
+
+    def __init__(
+        self,
+        path: str | Path | None,
+        tokenizer: PreTrainedTokenizerBase,
+        source: str = "file",
+        columns: Sequence[str] | None = None,
+        score_range: Sequence[float] | None = None,
+        batch_size: int = 64,
+        max_length: int = 32,
+        num_workers: int = 0,
+        shuffle: bool = True,
+        seed: int = 0,
+        streaming: bool = False,
+        views: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        check_labelled_options(streaming, views)
+        super().__init__(
+            path or "", tokenizer, batch_size, max_length, num_workers, shuffle, seed, streaming=False, views=None
+        )
+        self.config = {"source": source, "path": path, "columns": columns, "score_range": score_range}
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_set is not None:
+            return
+        labelled = read_labelled(self.config)
+        self.train_set = Dataset.from_dict(labelled.columns()).map(
+            functools.partial(
+                encode_labelled, tokenizer=self.tokenizer, max_length=self.max_length, roles=labelled.roles
+            ),
+            batched=True,
+            remove_columns=labelled.roles,
+            desc="tokenize",
+        )
+        log.info(
+            "labelled data %s: %d rows, views %s%s",
+            labelled.source,
+            len(labelled),
+            ", ".join(labelled.roles),
+            ", scored" if labelled.scores is not None else "",
+        )
+
+
+def check_labelled_options(streaming: bool, views: Mapping[str, Any] | None) -> None:
+    """What labelled data does not do (yet): stream, or make a view a training part asks for (SNCSE's negation)."""
+    if streaming:
+        raise SentembConfigError(
+            "data.streaming=true with labelled data: labelled rows are read into memory (SimCSE's 275k NLI triplets "
+            "take ~100 MB). Fix: data.streaming=false"
+        )
+    if views:
+        raise SentembConfigError(
+            f"labelled data cannot make the {', '.join(sorted(views))} view a training part asks for (only "
+            "unlabelled corpora make views: data=wiki). Fix: drop that part (auxiliary=null), or train it on data=wiki"
+        )

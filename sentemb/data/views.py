@@ -34,6 +34,8 @@ from sentemb.common.errors import SentembConfigError
 from sentemb.data.repetition import repeat_tokens, sentence_rng
 
 NEGATION = "negation"  # the view of each sentence's negation (SNCSE's soft negative)
+# a labelled batch's per-row labels beside its views (sentemb.data.labelled): each text's id (B, views), the score (B,)
+ROW_LABELS = ("text_ids", "scores")
 
 
 @dataclass(frozen=True)
@@ -145,11 +147,15 @@ class ViewCollator:
     tokenizer: PreTrainedTokenizerBase
 
     def __call__(self, features: list[Mapping[str, Any]]) -> Mapping[str, torch.Tensor]:
+        # a labelled row's per-row labels (its texts' ids, its score): one value or list a row, stacked, not padded
+        labels = {key: torch.tensor([feature[key] for feature in features]) for key in ROW_LABELS if key in features[0]}
         groups: dict[str, list[dict[str, Any]]] = {}
         for feature in features:
             starts = [prefix(role) for role in carried_roles(feature)]  # every view's but the anchor's (no prefix)
             split: dict[str, dict[str, Any]] = {}
             for key, value in feature.items():
+                if key in ROW_LABELS:
+                    continue
                 start = next((p for p in starts if key.startswith(p)), "")
                 split.setdefault(start, {})[key[len(start) :]] = value
             for start, rows in split.items():
@@ -158,6 +164,7 @@ class ViewCollator:
         for start, rows in groups.items():
             for key, value in self.pad(rows).items():
                 batch[f"{start}{key}"] = value
+        batch.update(labels)
         return batch
 
     def pad(self, rows: list[dict[str, Any]]) -> Mapping[str, torch.Tensor]:

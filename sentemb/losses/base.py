@@ -202,6 +202,7 @@ class Objective(nn.Module):
         z2: torch.Tensor,
         negatives: torch.Tensor | None = None,
         excluded: torch.Tensor | None = None,
+        hard_negatives: int = 0,
     ) -> LossOutput:
         if z1.shape != z2.shape or z1.dim() != 2:
             raise ValueError(
@@ -221,14 +222,31 @@ class Objective(nn.Module):
             excluding = {} if excluded is None else {"excluded": excluded}
             if self.convention == "reference":
                 return self.reference(h1, candidates, **excluding)
-            output = self.directional(h1, candidates, **excluding)
+            bias = self.hard_negative_bias(h1, candidates, hard_negatives)
+            output = self.directional(h1, candidates, **excluding, **bias)
             if self.symmetric:  # average both directions (the h' anchors' candidates: h, then the same queue)
                 if excluded is not None:  # h'_i's false negatives among the h_j: the transpose; the queue's unchanged
                     n = z1.shape[0]
                     excluding = {"excluded": torch.cat((excluded[:, :n].T, excluded[:, n:]), dim=1)}
-                backward = self.directional(h2, h1 if hq is None else torch.cat((h1, hq)), **excluding)
+                backward = self.directional(h2, h1 if hq is None else torch.cat((h1, hq)), **excluding, **bias)
                 output = LossOutput(0.5 * (output.loss + backward.loss), output.stats)  # telemetry: h → h'
         return output
+
+    def hard_negative_bias(
+        self, h1: torch.Tensor, candidates: torch.Tensor, hard_negatives: int
+    ) -> dict[str, torch.Tensor]:
+        """{"bias": (N, M) logits added to each anchor's own labelled hard negatives' (columns N + b·N + i, b <
+        `hard_negatives`)} for a loss with a nonzero `hard_negative_weight` (supervised SimCSE's, added to the logit
+        s/τ: its released code's `z3_weight`), else {} (nothing passed: the loss as without it)."""
+        weight = getattr(self, "hard_negative_weight", 0.0)
+        if not weight or not hard_negatives:
+            return {}
+        n = h1.shape[0]
+        bias = h1.new_zeros(n, candidates.shape[0])
+        rows = torch.arange(n, device=h1.device)
+        for block in range(1, hard_negatives + 1):
+            bias[rows, block * n + rows] = weight
+        return {"bias": bias}
 
 
 def registered_name(cls: type) -> str:

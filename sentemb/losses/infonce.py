@@ -9,6 +9,8 @@ other N−1 sentences are the negatives. Reference: Oord et al. 2018; Gao et al.
 Example: `InfoNCE(tau=0.05)(z1, z2).loss`.
 Extra negatives (ESimCSE's momentum queue, `InfoNCE()(z1, z2, queue)`) are extra columns of the same τ
 (ESimCSE Eq.: Σ_j e^{s_ij/τ} + Σ_{k∈Q} e^{h_i·q_k/τ}); under `reference` too (the same computation).
+Labelled hard negatives (supervised SimCSE, Gao et al. 2021 Eq. 5) are extra columns the same way; with
+`hard_negative_weight` w, anchor i's own hard negative's logit is s/τ + w (SimCSE's released code, its `z3_weight`).
 Excluded false negatives (`excluded`, DCLR) leave the denominator: logit −∞, the 0 weight of DCLR's weighted
 InfoNCE (DCLR Eq. 6, −log e^{s_ii/τ} / Σ_j α_ij e^{s_ij/τ}, α_ij = 0 for a false negative).
 
@@ -24,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from sentemb.common.parts import part
-from sentemb.losses.base import LazyStats, LossOutput, Objective, require_positive
+from sentemb.losses.base import LazyStats, LossOutput, Objective, require_finite, require_positive
 from sentemb.losses.geometry import negative_softmax, negatives_logsumexp, paradigm_stats
 
 
@@ -32,14 +34,26 @@ from sentemb.losses.geometry import negative_softmax, negatives_logsumexp, parad
 class InfoNCE(Objective):
     no_negatives = None
 
-    def __init__(self, tau: float = 0.05, symmetric: bool = False, convention: str = "paper") -> None:
+    def __init__(
+        self, tau: float = 0.05, symmetric: bool = False, convention: str = "paper", hard_negative_weight: float = 0.0
+    ) -> None:
         super().__init__()
         self.tau = require_positive("tau", tau, "0.05")
         self.set_convention(convention, symmetric)
+        # supervised SimCSE's weight on each anchor's own hard negative (its logit + w; 0 in its released runs)
+        self.hard_negative_weight = require_finite("hard_negative_weight", hard_negative_weight, "0.0")
 
-    def directional(self, h1: torch.Tensor, h2: torch.Tensor, excluded: torch.Tensor | None = None) -> LossOutput:
+    def directional(
+        self,
+        h1: torch.Tensor,
+        h2: torch.Tensor,
+        excluded: torch.Tensor | None = None,
+        bias: torch.Tensor | None = None,
+    ) -> LossOutput:
         s = h1 @ h2.T  # N×M: column i is anchor i's positive, the rest (queue included) negatives
         logits = s / self.tau
+        if bias is not None:  # supervised SimCSE: log(e^w·e^{s/τ}) for an anchor's own hard negative
+            logits = logits + bias
         if excluded is not None:  # out of the denominator
             logits = logits.masked_fill(excluded, -math.inf)
         loss = F.cross_entropy(logits, torch.arange(s.shape[0], device=s.device))

@@ -17,20 +17,24 @@ from sentemb.common.config_fields import check_fields
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.hydra_plumbing import resolved_container
 from sentemb.common.metric_names import check_metric_name
+from sentemb.common.parts import lookup
 from sentemb.common.paths import resolve_data_root
 from sentemb.data.corpus import CorpusReport, check_corpus
-from sentemb.data.datamodule import check_batching, check_corpus_fills_batch
+from sentemb.data.datamodule import check_batching, check_corpus_fills_batch, check_labelled_options
+from sentemb.data.labelled import LabelledSet, read_labelled
 from sentemb.data.repetition import check_dup_rate
 from sentemb.data.streaming import check_streaming
 from sentemb.encoders.build import attach_head, check_length_fits
 from sentemb.encoders.models.backbones import check_model
 from sentemb.encoders.models.decoders import warn_without_dropout
 from sentemb.encoders.part_configs import EncoderConfig, build_part, checked_part
+from sentemb.losses.registry import negatives_refusal
 from sentemb.training import auxiliary, negatives
 from sentemb.training.callbacks import check_every_n_steps
 from sentemb.training.checkpoints import check_checkpoint_path
 from sentemb.training.grad_cache import check_grad_cache
-from sentemb.training.negatives.base import check_resumed_negatives
+from sentemb.training.module import check_warmup_ratio
+from sentemb.training.negatives.base import NEGATIVES_LOSSES, check_resumed_negatives
 from sentemb.training.sharding import check_sharding, devices_asked
 from sentemb.training.trainer import check_devices
 
@@ -38,7 +42,7 @@ MAX_SEED = 2**32 - 1  # numpy's (Lightning's seed_everything seeds it too)
 TOY_SIZE = 8  # poolings and heads are built at this width to run their constructors' checks in milliseconds
 
 
-def prepare_run(cfg: DictConfig) -> CorpusReport:
+def prepare_run(cfg: DictConfig) -> CorpusReport | LabelledSet:
     """Validate the config and the data it names, cheapest first; nothing here loads a model.
 
     Fills in `paths.data_dir` with the data root actually found, so the logged config says
@@ -53,9 +57,65 @@ def prepare_run(cfg: DictConfig) -> CorpusReport:
     # of this negatives part, its state (ESimCSE's queue) sound: the file as just read, not read and CRC-checked again
     check_resumed_negatives(cfg.get("ckpt_path"), cfg, resumed)
     cfg.paths.data_dir = str(resolve_data_root(cfg.paths.data_dir))
+    if is_labelled(cfg.data):  # every row read and checked here, before any model loads
+        labelled = read_labelled(resolved_container(cfg.data))
+        check_labelled_fit(cfg, labelled)
+        return labelled
+    refuse_scored_loss(cfg.loss, "data.corpus: one sentence per line has no scores")
     report = check_corpus(Path(cfg.data.corpus).expanduser(), streaming=bool(cfg.data.get("streaming")))
     check_corpus_fills_batch(report, cfg.data.get("batch_size"), processes(cfg.trainer))
     return report
+
+
+def is_labelled(data: Mapping[str, Any]) -> bool:
+    """Labelled rows (conf/data/labelled.yaml and the built-in sets), not one sentence per line."""
+    return "source" in data
+
+
+def takes_scores(loss: Mapping[str, Any]) -> bool:
+    return bool(getattr(lookup("loss", loss.get("name")).build, "takes_scores", False))
+
+
+def refuse_scored_loss(loss: Mapping[str, Any], why: str) -> None:
+    """A loss of scored pairs (loss=cosent, angle, cosine_mse) on data without scores (`why`)."""
+    if takes_scores(loss):
+        raise SentembConfigError(
+            f"loss={loss.get('name')} learns from scored pairs, but {why}. Fix: scored pairs (data=stsb_train, or "
+            "data=labelled with a sentence1,sentence2,score file and data.score_range), or a loss of pairs and "
+            "negatives (loss=infonce)"
+        )
+
+
+def check_labelled_fit(cfg: DictConfig, labelled: LabelledSet) -> None:
+    """The labelled rows against the run: one whole batch per device, a loss for their kind (scored pairs: a scored
+    pair's loss; hard negatives: a loss with a negatives' denominator), no view they cannot make."""
+    batch_size, world = cfg.data.get("batch_size"), processes(cfg.trainer)
+    if batch_size is not None and len(labelled) < batch_size * world:
+        devices = f" on each of {world} devices" if world > 1 else ""
+        raise SentembConfigError(
+            f"{labelled.source}: {len(labelled)} labelled rows, fewer than one batch of data.batch_size={batch_size}"
+            f"{devices}. Fix: a smaller data.batch_size, or more rows"
+        )
+    loss = resolved_container(cfg.loss)
+    if labelled.scores is not None and not takes_scores(loss):
+        raise SentembConfigError(
+            f"{labelled.source} holds scored pairs, which loss={loss.get('name')} would read as positives and ignore "
+            "their scores. Fix: loss=cosent (or angle, cosine_mse), or a file of (anchor, positive) pairs"
+        )
+    if labelled.scores is None:
+        refuse_scored_loss(loss, f"{labelled.source} holds no scores ({', '.join(labelled.roles)})")
+    if labelled.hard_negatives:
+        refusal = negatives_refusal(loss)
+        if refusal:
+            raise SentembConfigError(
+                f"{labelled.source} has hard negatives, which are extra candidate columns of the loss; {refusal} "
+                f"Fix: a loss with a negatives' denominator ({NEGATIVES_LOSSES}), or data.columns naming only the "
+                "anchor and positive columns"
+            )
+    asked = {}
+    if cfg.get("auxiliary"):
+        asked = build_part("auxiliary", resolved_container(cfg.auxiliary)).data_views()
+    check_labelled_options(bool(cfg.data.get("streaming")), asked)
 
 
 def processes(trainer: Mapping[str, Any]) -> int:
@@ -107,6 +167,7 @@ def check_parts(cfg: DictConfig) -> None:
     check_streaming(cfg.data, cfg.trainer)
     check_sharding(cfg)  # trainer=fsdp: several processes, a precision FSDP2 takes
     check_step_parts(cfg)
+    check_warmup_ratio(resolved_container(cfg.get("scheduler")))
     if cfg.get("optimized_metric"):  # a typo would otherwise surface only when the job ends
         check_metric_name(cfg.optimized_metric)
 

@@ -7,6 +7,7 @@ the exact encoder, pooling and loss it was trained with.
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,21 +25,25 @@ from torch import nn
 from sentemb.common.batch_views import view_roles
 from sentemb.common.errors import SentembConfigError, TrainingDiverged
 from sentemb.common.hydra_plumbing import resolved_container
+from sentemb.data.labelled import SCORES, TEXT_IDS
 from sentemb.encoders.build import build_encoder
 from sentemb.encoders.checkpoint import HPARAMS, read_checkpoint, renamed_hparams
 from sentemb.encoders.models.adapters import is_adapted
 from sentemb.encoders.part_configs import build_part, checked_part
 from sentemb.encoders.poolings.base import TrainingViews
 from sentemb.losses import LossOutput
-from sentemb.losses.base import LazyStats
+from sentemb.losses.base import Bounds, LazyStats, require_number
 from sentemb.training.auxiliary import AuxiliaryTerm
 from sentemb.training.checkpoints import CheckpointContents
 from sentemb.training.distributed import gather_with_grad, world_size
 from sentemb.training.grad_cache import GradCache
+from sentemb.training.labelled_views import hard_negative_views, with_labelled
 from sentemb.training.negatives import NegativesPart, StepInputs, StepNegatives
+from sentemb.training.negatives.base import gathered
 from sentemb.training.sharding import shard_encoder
 
 log = logging.getLogger(__name__)
+UNIT = Bounds(0.0, 1.0)  # scheduler.warmup_ratio: a share of the run's steps
 
 
 class SentembModule(CheckpointContents, L.LightningModule):
@@ -85,6 +90,8 @@ class SentembModule(CheckpointContents, L.LightningModule):
         if compile:  # in place: parameter names (and checkpoints) stay those of the eager backbone
             self.encoder.backbone.compile(dynamic=True)  # dynamic: every batch packs another number of tokens
         self.loss = build_part("loss", loss)  # a registered objective by name (sentemb.common.parts)
+        # a labelled batch's duplicated texts leave the loss's negatives, when it has a negatives' denominator
+        self.masks_duplicates = getattr(self.loss, "refuses_negatives", lambda: "")() is None
         self.grad_cache = GradCache.from_config(grad_cache)  # null, a sentence count, or {sentences, tokens}
         # from_pretrained returns the backbone in eval mode and Lightning keeps submodule modes:
         # without this, dropout is off and the two views are identical (no SimCSE at all)
@@ -201,11 +208,18 @@ class SentembModule(CheckpointContents, L.LightningModule):
         the negatives part runs."""
         if views.global_weight == 0:
             return None, None
-        z1, z2 = views.z1, views.z2
+        z1, z2, hard = views.z1, views.z2, hard_negative_views(views)
+        text_ids, scores = batch.get(TEXT_IDS), batch.get(SCORES)
         if world > 1:
-            z1, z2 = gather_with_grad(z1), gather_with_grad(z2)
+            z1, z2, hard = gather_with_grad(z1), gather_with_grad(z2), [gather_with_grad(h) for h in hard]
+            text_ids, scores = (None if x is None else gathered(x) for x in (text_ids, scores))
+        if getattr(
+            self.loss, "takes_scores", False
+        ):  # a scored pair's loss: no negatives (the pre-run checks refuse a negatives part)
+            return self.loss(z1, z2, scores=scores), None
         inputs = StepInputs(batch, z1, z2, self.encoder, self.loss, self.chunk_sentences())
-        step = self.negatives.step_negatives(inputs)
+        # a labelled batch's hard negatives first, its duplicates masked where the loss has negatives to mask
+        step = with_labelled(self.negatives.step_negatives(inputs), hard, text_ids, self.masks_duplicates)
         output = self.negatives.global_loss(inputs, step)
         self.negatives.after_loss(inputs, step)
         return output, step
@@ -308,9 +322,8 @@ class SentembModule(CheckpointContents, L.LightningModule):
         optimizer = instantiate(self.hparams.optimizer)(params=trainable, **options)
         if not self.hparams.scheduler:
             return {"optimizer": optimizer}
-        scheduler = instantiate(self.hparams.scheduler)(
-            optimizer, num_training_steps=int(self.trainer.estimated_stepping_batches)
-        )
+        steps = int(self.trainer.estimated_stepping_batches)
+        scheduler = instantiate(with_warmup_steps(self.hparams.scheduler, steps))(optimizer, num_training_steps=steps)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
@@ -339,6 +352,28 @@ def check_built_targets(hparams: Mapping[str, Any], named: str) -> None:
                 "schedules of transformers and torch: refused, nothing was built. Fix: load the encoder alone "
                 "(sentemb.encoders.build.load_checkpoint_encoder), or a checkpoint written by sentemb.train"
             )
+
+
+def with_warmup_steps(scheduler: Mapping[str, Any], steps: int) -> dict[str, Any]:
+    """The scheduler's node with `warmup_ratio` (a share of the run's `steps`, as sentence-transformers' trainer sets
+    it) turned into the `num_warmup_steps` transformers' schedules take: ceil(ratio × steps), HF Trainer's rounding."""
+    node = dict(scheduler)
+    ratio = node.pop("warmup_ratio", None)
+    if ratio is not None:
+        node["num_warmup_steps"] = math.ceil(steps * float(ratio))
+    return node
+
+
+def check_warmup_ratio(scheduler: Mapping[str, Any] | None) -> None:
+    """scheduler.warmup_ratio, where set: a share of the steps in [0, 1], with a schedule that has warmup steps."""
+    if not scheduler or scheduler.get("warmup_ratio") is None:
+        return
+    require_number("scheduler.warmup_ratio", scheduler["warmup_ratio"], UNIT, "e.g. scheduler.warmup_ratio=0.1")
+    if "num_warmup_steps" not in scheduler:
+        raise SentembConfigError(
+            f"scheduler.warmup_ratio with scheduler._target_={scheduler.get('_target_')}: that schedule has no "
+            "num_warmup_steps to set. Fix: transformers.get_linear_schedule_with_warmup (conf/train.yaml's), or drop it"
+        )
 
 
 def logging_step(trainer: L.Trainer) -> bool:

@@ -66,13 +66,16 @@ class StepNegatives:
 
     `negatives`: extra negative rows (K, D), or None; `excluded`: the (N, N + K) bool mask of each anchor's false
     negatives (`Objective.forward`), or None; `carried`: the part's own values from `step_negatives` for its
-    `after_loss` (e.g. the global batch's sentence keys); `logged`: detached scalars logged as they are named.
+    `after_loss` (e.g. the global batch's sentence keys); `logged`: detached scalars logged as they are named;
+    `hard_negatives`: how many blocks of N rows at the head of `negatives` are the anchors' own labelled hard
+    negatives (row b·N + i: anchor i's; the module puts them there, sentemb/training/labelled_views.py).
     """
 
     negatives: torch.Tensor | None = None
     excluded: torch.Tensor | None = None
     carried: Mapping[str, torch.Tensor] = field(default_factory=dict)
     logged: Mapping[str, torch.Tensor] = field(default_factory=dict)
+    hard_negatives: int = 0
 
 
 class NegativesPart(KeepsTrainedCopies, nn.Module):
@@ -120,9 +123,9 @@ class NegativesPart(KeepsTrainedCopies, nn.Module):
 
 
 def apply_negatives(loss: nn.Module, z1: torch.Tensor, z2: torch.Tensor, step: StepNegatives) -> LossOutput:
-    """loss(z1, z2) with the step's negatives and exclusions, each passed only when there is one (a loss of your own
-    that takes no such keyword keeps working without them)."""
-    given = {"negatives": step.negatives, "excluded": step.excluded}
+    """loss(z1, z2) with the step's negatives, exclusions and count of labelled hard negatives, each passed only
+    when there is one (a loss of your own that takes no such keyword keeps working without them)."""
+    given = {"negatives": step.negatives, "excluded": step.excluded, "hard_negatives": step.hard_negatives or None}
     return loss(z1, z2, **{key: value for key, value in given.items() if value is not None})
 
 

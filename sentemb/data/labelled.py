@@ -1,0 +1,427 @@
+"""Labelled training data: pairs, tuples with hard negatives, and scored pairs, in sentence-transformers' columns.
+
+A row is one of (docs/labelled.md):
+- `(anchor, positive)`: a pair; the positive replaces the dropout copy as view 2;
+- `(anchor, positive, negative_1, ..., negative_k)`: the pair and k hard negatives, views
+  `hard_negative_1` ... `hard_negative_k`: extra candidate columns of the in-batch loss;
+- `(sentence1, sentence2, score)`: a scored pair (a column named `score` or `label`), for the losses of scored
+  pairs (loss=cosent, angle, cosine_mse); the scores reach the loss scaled to [0, 1] by `data.score_range`.
+
+Columns are taken in the file's order, or as `data.columns` names them (the score column by its name). A file is
+CSV, TSV, JSON lines or parquet, by its extension, with a header row (CSV, TSV) or named fields (JSON, parquet).
+Every row is checked when the job starts (`read_labelled`, which the pre-run checks call): a missing or empty text,
+a score that is not a finite number within data.score_range, a row with another number of fields than the header;
+each refusal names the file, the line (the row, in a parquet file) and the fix.
+
+Built in, from the SentEval tree under $SENTEMB_DATA: `stsb_train` (STS-B train's scored pairs), `sick_nli` (SICK
+train: each ENTAILMENT pair, its premise's CONTRADICTION partner as hard negative where it has one), `mrpc`
+(MRPC train's paraphrase pairs); `nli` is SimCSE's nli_for_simcse.csv (`sent0, sent1, hard_neg`).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sentemb.common.batch_views import ANCHOR, POSITIVE
+from sentemb.common.errors import SentembConfigError
+from sentemb.data.corpus import files_inside
+
+HARD_NEGATIVE = "hard_negative"  # views hard_negative_1 ... hard_negative_k
+SCORE_COLUMNS = ("score", "label")  # sentence-transformers' names of a scored pair's label column
+FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+SOURCES = ("file", "nli", "stsb_train", "sick_nli", "mrpc")
+NLI_COLUMNS = ("sent0", "sent1", "hard_neg")  # SimCSE's nli_for_simcse.csv header
+NLI_URL = "https://huggingface.co/datasets/princeton-nlp/datasets-for-simcse/resolve/main/nli_for_simcse.csv"
+ABSENT = -1  # the text id of a hard negative a row lacks (sick_nli): its column is no negative of any anchor
+TEXT_IDS, SCORES = "text_ids", "scores"  # a labelled batch's per-row labels beside its views
+
+
+# the test sets a built-in set shares its source with: scores on them after training on it are in-domain
+IN_DOMAIN = {"stsb_train": "STS-B", "sick_nli": "SICK-R"}
+
+
+def in_domain_note(data: Mapping[str, Any]) -> str | None:
+    """The caveat a report carries when the training data is a benchmark's own train split (else None)."""
+    task = IN_DOMAIN.get(str(data.get("source")))
+    if task is None:
+        return None
+    return (
+        f"in-domain: trained on {task}'s own train split (data={data.get('source')}), so its {task} scores are not "
+        "comparable with the unsupervised tables"
+    )
+
+
+def hard_negative_role(number: int) -> str:
+    """The view of each row's `number`-th hard negative (1-based)."""
+    return f"{HARD_NEGATIVE}_{number}"
+
+
+def is_hard_negative(role: str) -> bool:
+    return role.startswith(f"{HARD_NEGATIVE}_")
+
+
+@dataclass(frozen=True)
+class LabelledSet:
+    """Checked labelled rows: `texts[v]` is view v's sentence of every row (anchor, positive, hard negatives; an
+    absent hard negative is None), `scores` the scored pairs' scores scaled to [0, 1] (None: not scored)."""
+
+    texts: tuple[list[str | None], ...]
+    scores: list[float] | None
+    source: str
+
+    @property
+    def roles(self) -> list[str]:
+        return [ANCHOR, POSITIVE, *(hard_negative_role(b) for b in range(1, len(self.texts) - 1))]
+
+    @property
+    def hard_negatives(self) -> int:
+        return len(self.texts) - 2
+
+    def __len__(self) -> int:
+        return len(self.texts[0])
+
+    def columns(self) -> dict[str, list]:
+        """The rows as `datasets` columns: each view's text ('' for an absent hard negative), and the scores."""
+        columns: dict[str, list] = {
+            role: [text or "" for text in texts] for role, texts in zip(self.roles, self.texts, strict=True)
+        }
+        columns[TEXT_IDS] = [[text_id(texts[row]) for texts in self.texts] for row in range(len(self))]
+        if self.scores is not None:
+            columns[SCORES] = self.scores
+        return columns
+
+
+def text_id(text: str | None) -> int:
+    """A sentence's 63-bit id (equal texts, equal ids: a duplicate is masked as no negative of itself), ABSENT for
+    none."""
+    if text is None:
+        return ABSENT
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big") >> 1
+
+
+# ---- reading a file: (header, numbered rows) per format
+
+
+def file_format(path: Path) -> str:
+    kind = FORMATS.get(path.suffix.lower())
+    if kind is None:
+        raise SentembConfigError(
+            f"data.path={path}: labelled data is read by its extension, one of {', '.join(FORMATS)}; "
+            f"{path.suffix or 'none'} is not one. Fix: rename the file to its format's extension (a comma-separated "
+            "file: .csv; tab-separated: .tsv; one JSON object a line: .jsonl)"
+        )
+    return kind
+
+
+def numbered_rows(path: Path, kind: str) -> tuple[list[str], Iterator[tuple[int, dict[str, Any]]]]:
+    """The file's column names and its rows, each as (its line, or its row in a parquet file; {column: value})."""
+    if kind in ("csv", "tsv"):
+        return delimited_rows(path, "," if kind == "csv" else "\t")
+    if kind == "json":
+        return json_rows(path)
+    return parquet_rows(path)
+
+
+def delimited_rows(path: Path, delimiter: str) -> tuple[list[str], Iterator[tuple[int, dict[str, Any]]]]:
+    handle = path.open(encoding="utf-8-sig", newline="")  # utf-8-sig: a BOM is not part of the first column's name
+    # TSV: quotes are text (STS-style files quote freely); CSV: RFC 4180 quoting, fields with commas quoted
+    reader = csv.reader(handle, delimiter=delimiter, quoting=csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL)
+    try:
+        header = next(reader, None)
+    except (UnicodeDecodeError, csv.Error) as err:
+        handle.close()
+        raise unreadable(path, 1, err) from err
+    if not header:
+        handle.close()
+        raise SentembConfigError(f"{path}: the file is empty. Fix: a header row naming the columns, then the rows")
+
+    def rows() -> Iterator[tuple[int, dict[str, Any]]]:
+        with handle:
+            line = 1
+            try:
+                for fields in reader:
+                    start, line = line + 1, reader.line_num
+                    if not fields:  # a blank line
+                        continue
+                    if len(fields) != len(header):
+                        raise SentembConfigError(
+                            f"{path}:{start}: {len(fields)} fields, but the header has {len(header)} "
+                            f"({', '.join(header)}). Fix: {quoting_fix(delimiter)}"
+                        )
+                    yield start, dict(zip(header, fields, strict=True))
+            except (UnicodeDecodeError, csv.Error) as err:
+                raise unreadable(path, line + 1, err) from err
+
+    return [name.strip() for name in header], rows()
+
+
+def quoting_fix(delimiter: str) -> str:
+    if delimiter == ",":
+        return 'quote a field that holds a comma ("like, this"), doubling its quotes, or write the file as .tsv'
+    return "remove the tabs inside the sentences, or write the file as .csv with quoted fields"
+
+
+def unreadable(path: Path, line: int, err: Exception) -> SentembConfigError:
+    return SentembConfigError(f"{path}:{line}: the line cannot be read ({err}). Fix: a UTF-8 file, or delete the line")
+
+
+def json_rows(path: Path) -> tuple[list[str], Iterator[tuple[int, dict[str, Any]]]]:
+    parsed: list[tuple[int, dict[str, Any]]] = []
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if not raw.strip():
+                continue
+            try:
+                value = json.loads(raw)
+            except (UnicodeDecodeError, json.JSONDecodeError) as err:
+                raise SentembConfigError(
+                    f"{path}:{number}: not a JSON object ({err}). Fix: one JSON object a line, "
+                    '{"anchor": "...", "positive": "..."}'
+                ) from err
+            if not isinstance(value, dict):
+                raise SentembConfigError(
+                    f"{path}:{number}: a JSON {type(value).__name__}, not an object. Fix: one object a line, "
+                    '{"anchor": "...", "positive": "..."}'
+                )
+            parsed.append((number, value))
+    if not parsed:
+        raise SentembConfigError(f"{path}: the file has no rows. Fix: one JSON object a line")
+    return list(parsed[0][1]), iter(parsed)
+
+
+def parquet_rows(path: Path) -> tuple[list[str], Iterator[tuple[int, dict[str, Any]]]]:
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except Exception as err:  # noqa: BLE001 - pyarrow's errors are many; each is a file that is not parquet
+        raise SentembConfigError(f"{path}: not a parquet file ({err}). Fix: write it with pandas/pyarrow") from err
+    return list(table.column_names), ((row, values) for row, values in enumerate(table.to_pylist(), start=1))
+
+
+# ---- which column is what
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The text columns in view order (anchor, positive, hard negatives) and the score column (None: not scored)."""
+
+    texts: list[str]
+    score: str | None
+
+
+def column_layout(header: Sequence[str], asked: Sequence[str] | None, where: str) -> Layout:
+    """The columns to read: `asked` (data.columns) in its order, else the file's, each checked against the header."""
+    if asked:
+        missing = [name for name in asked if name not in header]
+        if missing:
+            raise SentembConfigError(
+                f"{where}: data.columns names {', '.join(map(repr, missing))}, which the file does not have (its "
+                f"columns: {', '.join(header)}). Fix: data.columns=[{','.join(header)}] or a subset, in view order"
+            )
+        if len(set(asked)) != len(asked):
+            raise SentembConfigError(f"{where}: data.columns={list(asked)} names a column twice. Fix: each once")
+    chosen = list(asked or header)
+    scores = [name for name in chosen if name.lower() in SCORE_COLUMNS]
+    texts = [name for name in chosen if name not in scores]
+    if len(scores) > 1:
+        raise SentembConfigError(
+            f"{where}: two score columns ({', '.join(scores)}). Fix: data.columns=[<sentence 1>,<sentence 2>,<score>]"
+        )
+    if scores and len(texts) != 2:
+        raise SentembConfigError(
+            f"{where}: a scored pair is (sentence1, sentence2, score), but the columns are {', '.join(chosen)}: "
+            f"{len(texts)} text columns beside {scores[0]!r}. Fix: data.columns=[<sentence 1>,<sentence 2>,{scores[0]}]"
+        )
+    if len(texts) < 2:
+        raise SentembConfigError(
+            f"{where}: labelled rows need at least an anchor and a positive column, but the columns are "
+            f"{', '.join(chosen) or 'none'}. Fix: a header `anchor,positive` (then any hard negatives), or "
+            "data.columns naming them; one sentence per line is unlabelled: data=wiki data.corpus=<file>"
+        )
+    return Layout(texts, scores[0] if scores else None)
+
+
+def score_bounds(score_range: Sequence[float] | None, where: str) -> tuple[float, float]:
+    """data.score_range as (low, high), low < high: scored pairs need it (the scores are checked and scaled by it)."""
+    fix = "Fix: data.score_range=[0,5] (STS-B's; the lowest and highest score the file may hold)"
+    if score_range is None:
+        raise SentembConfigError(f"{where}: the rows are scored pairs, but data.score_range is not set. {fix}")
+    values = list(score_range) if isinstance(score_range, Sequence) and not isinstance(score_range, str) else None
+    ok = (
+        values is not None
+        and len(values) == 2
+        and all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in values)
+        and values[0] < values[1]
+    )
+    if not ok:
+        raise SentembConfigError(
+            f"data.score_range={score_range} must be two finite numbers [low, high], low < high. {fix}"
+        )
+    return float(values[0]), float(values[1])
+
+
+def checked_text(value: Any, path: Path, line: int, column: str) -> str:
+    where = f"{path}:{line}" if path.suffix.lower() != ".parquet" else f"{path}, row {line}"
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise SentembConfigError(
+            f"{where}: column {column!r} is {'missing' if value is None else 'empty'}: every labelled row needs each "
+            "of its sentences. Fix: fill it in, or delete the row"
+        )
+    if not isinstance(value, str):
+        raise SentembConfigError(
+            f"{where}: column {column!r} holds {value!r} ({type(value).__name__}), not text. Fix: a sentence there"
+        )
+    return value
+
+
+def checked_score(value: Any, path: Path, line: int, column: str, bounds: tuple[float, float]) -> float:
+    where = f"{path}:{line}" if path.suffix.lower() != ".parquet" else f"{path}, row {line}"
+    low, high = bounds
+    try:
+        score = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError):
+        score = math.nan
+    if not math.isfinite(score) or not low <= score <= high:
+        raise SentembConfigError(
+            f"{where}: {column} {value!r} is not a finite number in data.score_range [{low:g}, {high:g}]. "
+            "Fix: correct the score, delete the row, or set data.score_range to the file's scale"
+        )
+    return (score - low) / (high - low)  # the losses read [0, 1]
+
+
+def read_file(
+    path: Path, columns: Sequence[str] | None, score_range: Sequence[float] | None, required: Sequence[str] = ()
+) -> LabelledSet:
+    """Every row of a labelled file, checked (module docstring). `required`: the columns a named format has."""
+    kind = file_format(path)
+    header, rows = numbered_rows(path, kind)
+    missing = [name for name in required if name not in header]
+    if missing:
+        raise SentembConfigError(
+            f"{path}: no column {', '.join(map(repr, missing))} (its columns: {', '.join(header)}), which "
+            f"{'SimCSE’s nli_for_simcse.csv' if required == NLI_COLUMNS else 'this data'} has. Fix: the file as "
+            f"downloaded ({NLI_URL})"
+        )
+    layout = column_layout(header, columns or list(required) or None, f"data.path={path}")
+    bounds = score_bounds(score_range, f"data.path={path}") if layout.score else None
+    texts: tuple[list[str | None], ...] = tuple([] for _ in layout.texts)
+    scores: list[float] | None = [] if layout.score else None
+    for line, row in rows:
+        for column, values in zip(layout.texts, texts, strict=True):
+            values.append(checked_text(row.get(column), path, line, column))
+        if layout.score and scores is not None and bounds is not None:
+            scores.append(checked_score(row.get(layout.score), path, line, layout.score, bounds))
+    if not texts[0]:
+        raise SentembConfigError(f"{path}: the header is there but no row. Fix: add the labelled rows")
+    return LabelledSet(texts, scores, str(path))
+
+
+# ---- the built-in sets, read from the SentEval tree
+
+
+def require_file(path: Path, what: str, fix: str) -> Path:
+    if path.is_dir():
+        raise SentembConfigError(f"data.path={path} is a directory, not a file{files_inside(path)}. Fix: {fix}")
+    if not path.is_file():
+        raise SentembConfigError(f"{what} {path} does not exist. Fix: {fix}")
+    return path
+
+
+SENTEVAL_FIX = (
+    "point SENTEMB_DATA (or paths.data_dir) at a data root holding senteval/downstream/ (docs/data.md), or run "
+    "`make data`"
+)
+
+
+def tab_lines(path: Path, fields: int, layout: str) -> Iterator[tuple[int, list[str]]]:
+    """A SentEval tab-separated file's lines after its header, each split into at least `fields` fields."""
+    with path.open(encoding="utf-8-sig") as handle:
+        next(handle, None)
+        for number, line in enumerate(handle, start=2):
+            if not line.strip():
+                continue
+            columns = line.rstrip("\n").split("\t")
+            if len(columns) < fields or any(not c.strip() for c in columns[:fields]):
+                raise SentembConfigError(
+                    f"{path}:{number}: expected {fields} tab-separated fields ({layout}), found {len(columns)} or an "
+                    "empty one. Fix: restore the file from the SentEval download"
+                )
+            yield number, columns
+
+
+def read_stsb_train(senteval: Path) -> LabelledSet:
+    """STS-B train: 5,749 pairs scored 0–5 (tab-separated, no header: genre, file, year, id, score, s1, s2)."""
+    from sentemb.eval.sts import read_stsb_split
+
+    path = require_file(senteval / "STS" / "STSBenchmark" / "sts-train.csv", "STS-B train", SENTEVAL_FIX)
+    pairs = read_stsb_split(path)  # checks each line's fields and score (file:line)
+    scores = [float(score) / 5.0 for score in pairs.gold]
+    bad = [number for number, score in enumerate(scores, start=1) if not 0.0 <= score <= 1.0]
+    if bad:
+        raise SentembConfigError(f"{path}:{bad[0]}: score outside STS-B's 0–5. Fix: restore the file from SentEval")
+    return LabelledSet((list(pairs.first), list(pairs.second)), scores, str(path))
+
+
+def read_sick_nli(senteval: Path) -> LabelledSet:
+    """SICK train as NLI triplets: each ENTAILMENT pair (A, B) is a row, anchor A and positive B; A's first
+    CONTRADICTION partner (in file order, A on either side: the relation is symmetric) its hard negative, or none."""
+    path = require_file(senteval / "SICK" / "SICK_train.txt", "SICK train", SENTEVAL_FIX)
+    entailed: list[tuple[str, str]] = []
+    contradicted: dict[str, str] = {}
+    for number, columns in tab_lines(path, 5, "pair_ID, sentence_A, sentence_B, relatedness_score, entailment"):
+        first, second, judgment = columns[1].strip(), columns[2].strip(), columns[4].strip()
+        if judgment == "ENTAILMENT":
+            entailed.append((first, second))
+        elif judgment == "CONTRADICTION":
+            contradicted.setdefault(first, second)
+            contradicted.setdefault(second, first)
+        elif judgment != "NEUTRAL":
+            raise SentembConfigError(
+                f"{path}:{number}: entailment judgment {judgment!r} is not ENTAILMENT, NEUTRAL or CONTRADICTION. "
+                "Fix: restore the file from the SentEval download"
+            )
+    anchors = [first for first, _ in entailed]
+    return LabelledSet(
+        (anchors, [second for _, second in entailed], [contradicted.get(anchor) for anchor in anchors]), None, str(path)
+    )
+
+
+def read_mrpc(senteval: Path) -> LabelledSet:
+    """MRPC train's paraphrase pairs (Quality 1), in file order."""
+    path = require_file(senteval / "MRPC" / "msr_paraphrase_train.txt", "MRPC train", SENTEVAL_FIX)
+    first, second = [], []
+    for number, columns in tab_lines(path, 5, "Quality, #1 ID, #2 ID, #1 String, #2 String"):
+        if columns[0] not in ("0", "1"):
+            raise SentembConfigError(f"{path}:{number}: Quality {columns[0]!r} is not 0 or 1. Fix: restore the file")
+        if columns[0] == "1":
+            first.append(columns[3].strip())
+            second.append(columns[4].strip())
+    return LabelledSet((first, second), None, str(path))
+
+
+def read_labelled(data: Mapping[str, Any]) -> LabelledSet:
+    """The labelled rows a data config names (`source`, `path`, `columns`, `score_range`), every row checked."""
+    source = data.get("source") or "file"
+    if source not in SOURCES:
+        raise SentembConfigError(f"data.source={source!r} is not one of {', '.join(SOURCES)}. Fix: e.g. data=labelled")
+    path = data.get("path")
+    if not path:
+        fix = "data.path=<the file> (data=labelled), or a built-in set: data=stsb_train, sick_nli, mrpc, nli"
+        raise SentembConfigError(f"data.source={source}: data.path is not set. Fix: {fix}")
+    path = Path(str(path)).expanduser()
+    if source in ("file", "nli"):
+        if source == "nli":
+            require_file(path, "SimCSE's NLI file", f"download it ({NLI_URL}) to {path}, or set data.path")
+        else:
+            require_file(path, "data.path: the labelled file", "data.path=<a .csv, .tsv, .jsonl or .parquet file>")
+        return read_file(path, data.get("columns"), data.get("score_range"), NLI_COLUMNS if source == "nli" else ())
+    readers = {"stsb_train": read_stsb_train, "sick_nli": read_sick_nli, "mrpc": read_mrpc}
+    return readers[source](path)
