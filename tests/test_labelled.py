@@ -296,3 +296,28 @@ def test_training_on_sick_nli_says_its_sick_scores_are_in_domain(tmp_path, small
         tmp_path,
     )  # fmt: skip
     assert math.isfinite(metrics["stsb/test/spearman"]) and "SICK-R" in metrics["in_domain"]
+
+
+TINY_PRESETS = {  # the data each preset trains on
+    "cosent_minilm_tiny": "stsb_train",
+    "angle_minilm_tiny": "stsb_train",
+    "sup_simcse_minilm_tiny": "sick_nli",
+    "sup_simcse_bert_base_tiny": "nli",
+}
+
+
+@pytest.mark.parametrize(
+    "preset", [p if p == "cosent_minilm_tiny" else pytest.param(p, marks=pytest.mark.slow) for p in TINY_PRESETS]
+)
+def test_every_labelled_tiny_preset_trains(preset, tmp_path, data_root, small_stsb):
+    extra = []
+    if TINY_PRESETS[preset] == "nli":  # SimCSE's file is not reachable here: 64 rows of its shape
+        pairs = stsb_rows(data_root, 64)
+        rows = [[a, b, pairs[(i + 3) % 64][1]] for i, (a, b, _) in enumerate(pairs)]
+        extra = [f"data.path={write_csv(tmp_path / 'nli_for_simcse.csv', list(NLI_COLUMNS), rows)}"]
+    metrics = run(
+        [f"experiment={preset}", *extra, "logger=csv", "eval.at_start=false", f"eval.stsb_dir={small_stsb}"],
+        tmp_path / "run",
+    )
+    assert math.isfinite(metrics["stsb/test/spearman"])
+    assert ("in_domain" in metrics) == (TINY_PRESETS[preset] in ("stsb_train", "sick_nli"))

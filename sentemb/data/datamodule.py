@@ -274,8 +274,9 @@ class LabelledDataModule(UnsupervisedTextDataModule):
         seed: int = 0,
         streaming: bool = False,
         views: Mapping[str, Mapping[str, Any]] | None = None,
+        dup_rate: float = 0.0,
     ) -> None:
-        check_labelled_options(streaming, views)
+        check_labelled_options(streaming, views, dup_rate)
         super().__init__(
             path or "", tokenizer, batch_size, max_length, num_workers, shuffle, seed, streaming=False, views=None
         )
@@ -302,8 +303,15 @@ class LabelledDataModule(UnsupervisedTextDataModule):
         )
 
 
-def check_labelled_options(streaming: bool, views: Mapping[str, Any] | None) -> None:
-    """What labelled data does not do (yet): stream, or make a view a training part asks for (SNCSE's negation)."""
+def check_labelled_options(streaming: bool, views: Mapping[str, Any] | None, dup_rate: float = 0.0) -> None:
+    """What labelled data does not do (yet): stream, make a view a training part asks for (SNCSE's negation), or
+    repeat words into a positive (ESimCSE's data.dup_rate: the positive is the labelled one)."""
+    if dup_rate:
+        raise SentembConfigError(
+            f"data.dup_rate={dup_rate} with labelled data: ESimCSE's word repetition makes the positive of an "
+            "unlabelled sentence, and a labelled row has its own. Fix: data.dup_rate=0 (negatives=momentum keeps "
+            "ESimCSE's queue)"
+        )
     if streaming:
         raise SentembConfigError(
             "data.streaming=true with labelled data: labelled rows are read into memory (SimCSE's 275k NLI triplets "

@@ -115,7 +115,7 @@ def check_labelled_fit(cfg: DictConfig, labelled: LabelledSet) -> None:
     asked = {}
     if cfg.get("auxiliary"):
         asked = build_part("auxiliary", resolved_container(cfg.auxiliary)).data_views()
-    check_labelled_options(bool(cfg.data.get("streaming")), asked)
+    check_labelled_options(bool(cfg.data.get("streaming")), asked, cfg.data.get("dup_rate", 0.0))
 
 
 def processes(trainer: Mapping[str, Any]) -> int:

@@ -1,0 +1,108 @@
+"""Labelled data composes with what unlabelled training has: DDP (every rank's positives and hard negatives gathered:
+the step equals one process on the global batch), GradCache (hard negatives chunked too), padding-free batches, an
+exact resume, ESimCSE's queue and HiCL's segments."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from sentemb.common.hydra_plumbing import resolved_container
+from sentemb.training.module import SentembModule
+from tests.conftest import compose_train
+from tests.test_ddp_gradients import assert_ddp_equals_one_process
+from tests.test_grad_cache import assert_same_step, step
+from tests.test_labelled import labelled_batch, stsb_rows, write_csv
+from tests.test_resume import logged, stopped_and_resumed
+
+# 8 rows: a duplicated anchor on each rank and one row's positive as another rank's hard negative, so the masks and
+# the hard-negative columns cross the ranks
+ROWS = [
+    ["a man is playing a guitar .", "a man plays the guitar .", "a woman is cutting onions ."],
+    ["the cat sits on the mat", "a cat is sitting on a mat", "a dog runs in the park"],
+    ["a man is playing a guitar .", "someone strums a guitar", "nobody is playing"],
+    ["stocks fell sharply on monday", "markets dropped on monday", "stocks rose on monday"],
+    ["two dogs run through a field", "dogs are running in grass", "a man plays the guitar ."],
+    ["a woman slices an onion", "a woman is cutting onions .", "a woman is peeling a potato"],
+    ["children play football in the park", "kids are playing soccer", "children are sleeping"],
+    ["the weather is nice today", "it is a sunny day", "it is raining heavily"],
+]
+
+
+@pytest.fixture
+def triplets(tmp_path: Path) -> Path:
+    return write_csv(tmp_path / "triplets.csv", ["anchor", "positive", "negative"], ROWS)
+
+
+def parts(overrides: list[str], tmp_path: Path, grad_cache: int | None = None) -> dict:
+    cfg = compose_train(["model=tiny", "model.dropout=0.0", *overrides], tmp_path)
+    config = {key: resolved_container(cfg[key]) for key in ("model", "pooling", "loss", "optimizer", "scheduler")}
+    return {**config, "grad_cache": grad_cache}
+
+
+@pytest.mark.slow  # two spawned gloo processes (make test-slow)
+def test_ddp_with_hard_negatives_equals_one_process_on_the_global_batch(triplets, tmp_path, data_root):
+    configs = {
+        "infonce+weight": parts(["loss.hard_negative_weight=0.5"], tmp_path),
+        "focal": parts(["loss=focal"], tmp_path),
+        "arccon": parts(["loss=arccon"], tmp_path),
+        "infonce+grad_cache": parts([], tmp_path, grad_cache=2),
+    }
+    module = SentembModule.from_config(compose_train(["model=tiny"], tmp_path))
+    batch = dict(labelled_batch(module, triplets, 8))
+    assert_ddp_equals_one_process(configs, batch)
+    scored = write_csv(tmp_path / "s.csv", ["sentence1", "sentence2", "score"], stsb_rows(data_root, 8))
+    batch = dict(labelled_batch(module, scored, 8, score_range=[0, 5]))
+    assert_ddp_equals_one_process({"cosent": parts(["loss=cosent"], tmp_path)}, batch)
+
+
+def build(overrides: list[str], tmp_path: Path, grad_cache: int | None) -> SentembModule:
+    cfg = compose_train(["model=tiny", "model.dropout=0.0", *overrides, f"grad_cache={grad_cache or 'null'}"], tmp_path)
+    torch.manual_seed(0)
+    return SentembModule.from_config(cfg)
+
+
+@pytest.mark.parametrize(
+    "variant", [[], ["loss=focal"], ["pooling=mean", "loss.hard_negative_weight=1.0"], ["model.padding_free=true"]]
+)
+def test_grad_cache_chunks_the_hard_negatives_and_equals_the_plain_step(variant, triplets, tmp_path):
+    plain, cached = build(variant, tmp_path, None), build(variant, tmp_path, 2)
+    batch = labelled_batch(plain, triplets, 8)
+    assert_same_step(step(cached, batch), step(plain, batch), " ".join(variant) or "cls")
+
+
+@pytest.mark.slow  # three short runs (~40 s on 2 cores)
+def test_a_labelled_run_resumes_exactly(tmp_path, data_root, small_stsb):
+    rows = [[a, b, stsb_rows(data_root, 128)[(i + 9) % 128][1]] for i, (a, b, _) in enumerate(stsb_rows(data_root, 128))]
+    path = write_csv(tmp_path / "t.csv", ["anchor", "positive", "negative"], rows)
+    overrides = [
+        "model=tiny", "logger=csv", "data=labelled", f"data.path={path}", "data.batch_size=16", "trainer.max_steps=6",
+        "eval.every_n_steps=3", "eval.at_start=false", "trainer.log_every_n_steps=1", f"eval.stsb_dir={small_stsb}",
+    ]  # fmt: skip
+    full, resumed, _ = stopped_and_resumed(overrides, tmp_path, stop_after=3)
+    losses = logged(tmp_path / "full", "train/loss")
+    # the same computation on bit-identical weights, optimizer, data position and RNG: equal, not close
+    assert (
+        len(losses) == 6
+        and {**logged(tmp_path / "stopped", "train/loss"), **logged(tmp_path / "resumed", "train/loss")} == losses
+    )
+    assert resumed["stsb/test/spearman"] == full["stsb/test/spearman"]
+
+
+@pytest.mark.slow  # a real run each
+@pytest.mark.parametrize(
+    "preset", ["negatives=momentum", "experiment=hicl_simcse_tiny", "negatives=dclr negatives.complementary=initial"]
+)
+def test_labelled_triplets_train_with_a_queue_hicl_and_dclr(preset, triplets, tmp_path, data_root, small_stsb):
+    rows = [[a, b, stsb_rows(data_root, 40)[(i + 5) % 40][0]] for i, (a, b, _) in enumerate(stsb_rows(data_root, 40))]
+    path = write_csv(tmp_path / "t.csv", ["anchor", "positive", "negative"], rows)
+    from tests.test_train import run
+
+    metrics = run(
+        [*preset.split(), "data=labelled", f"data.path={path}", "model=tiny", "logger=csv", "data.batch_size=8",
+         "trainer.max_steps=3", "eval.every_n_steps=3", "eval.at_start=false", f"eval.stsb_dir={small_stsb}"],
+        tmp_path / "run",
+    )  # fmt: skip
+    assert metrics["stsb/test/spearman"] == metrics["stsb/test/spearman"]  # a number, not NaN
