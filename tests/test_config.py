@@ -48,7 +48,9 @@ def test_loss_instantiates(option, tmp_path):
     if option == "sum":  # a weighted sum names its terms on the command line
         overrides.append("loss.terms={infonce: {weight: 1.0}, mmhe: {weight: 0.5, r: 1.5}}")
     loss = build_part("loss", compose_train(overrides, tmp_path).loss)
-    out = loss(torch.randn(8, 16), torch.randn(8, 16))
+    # a loss on scored pairs needs each pair's gold score, in [0, 1]
+    scored = {"scores": torch.rand(8)} if loss.takes_scores else {}
+    out = loss(torch.randn(8, 16), torch.randn(8, 16), **scored)
     assert isinstance(out, LossOutput) and torch.isfinite(out.loss)
 
 

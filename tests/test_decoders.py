@@ -21,6 +21,7 @@ from transformers import LlamaModel, PreTrainedTokenizerFast
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.hydra_plumbing import resolved_container
+from sentemb.common.parts import lookup
 from sentemb.common.paths import CONF_DIR
 from sentemb.encoders.build import build_encoder, load_checkpoint_encoder
 from sentemb.encoders.encoder import SentenceEncoder
@@ -282,7 +283,16 @@ def test_padding_free_training_rows_equal_padded_with_dropout_zero(always_pack):
 SUM_TERMS = "loss.terms={infonce: {weight: 1.0}, mmhe: {weight: 0.5}, mbarlow: {weight: 0.2}}"
 
 
-@pytest.mark.parametrize("loss", available())
+# a loss on scored pairs (sentence1, sentence2, score) needs scored data, which these unscored sentences are not; the
+# training module refuses it there. tests/test_scored_losses.py checks those losses themselves
+SCORED_DATA = "trains on scored pairs (sentence1, sentence2, score) only; this step's data has no scores"
+EVERY_LOSS = [
+    pytest.param(name, marks=pytest.mark.skip(reason=SCORED_DATA)) if lookup("loss", name).build.takes_scores else name
+    for name in available()
+]
+
+
+@pytest.mark.parametrize("loss", EVERY_LOSS)
 def test_every_loss_trains_one_step_of_tiny_llama(loss, trained_once, tmp_path):
     extra = [SUM_TERMS] if loss == "sum" else []
     cfg = compose_train(["model=tiny-llama", "pooling=last_token", f"loss={loss}", *extra], tmp_path)

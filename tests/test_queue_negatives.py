@@ -17,6 +17,8 @@ N, K, D = 6, 4, 5
 TOLERANCE = {"rel": 1e-12, "abs": 1e-12}
 TAKES = ("infonce", "focal", "arccon", "mpt", "met", "mat", "paradigm")
 REFUSES = ("barlow", "vicreg", "align_mhe", "align_mhs", "mmhe", "mmhs", "mbarlow", "mvicreg")
+# refuse them too, and need each pair's gold score (`scores=`) besides: tests/test_scored_losses.py
+SCORED = ("cosent", "angle", "cosine_mse")
 
 
 def batch(seed: int = 0, n: int = N, k: int = K) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -252,7 +254,7 @@ def test_every_loss_takes_extra_negatives_or_says_why_not():
         assert reason is None or (isinstance(reason, str) and reason.strip()), name
         if name == "sum":
             continue  # its terms decide (below); its empty default cannot be built
-        expected_refused = name in REFUSES
+        expected_refused = name in REFUSES or name in SCORED
         assert (reason is not None) == expected_refused, (name, reason)
         assert name in TAKES or expected_refused, f"{name}: declare it in TAKES or REFUSES"
 
@@ -268,6 +270,18 @@ def test_losses_without_a_negatives_denominator_refuse_a_queue_before_and_after_
             loss(z1, z2, negatives)
         assert reason in str(err.value)
     loss(z1, z2)  # without a queue it is unchanged
+
+
+@pytest.mark.parametrize("name", SCORED)
+def test_scored_pair_losses_refuse_a_queue_before_and_after_building(name):
+    reason = negatives_refusal(loss_config(name))
+    assert reason.startswith(f"loss={name} takes no extra negatives: ") and "labelled pair" in reason
+    z1, z2, queue = batch(11)
+    scores = torch.linspace(0.0, 1.0, N, dtype=torch.float64)
+    for negatives in (queue, queue[:0]):  # refused before anything else is checked (AnglE's even width among them)
+        with pytest.raises(SentembConfigError, match="takes no extra negatives") as err:
+            build(name)(z1, z2, negatives, scores=scores)
+        assert reason in str(err.value)
 
 
 def test_named_refusals_say_why():

@@ -110,6 +110,8 @@ class Objective(nn.Module):
 
     symmetric: bool = False
     convention: str = "paper"
+    # True where forward needs each pair's gold score (`scores=`, losses/scored.py): those train on scored pairs only
+    takes_scores: ClassVar[bool] = False
     no_negatives: ClassVar[str | None] = "it declares no form with extra negatives (no_negatives is not None)"
     # why, where `reference` is overridden (the public code's own form) and `convention=reference` is chosen
     reference_no_negatives: ClassVar[str] = "the public code's computation, which that convention reproduces, has none"
