@@ -284,7 +284,7 @@ SUM_TERMS = "loss.terms={infonce: {weight: 1.0}, mmhe: {weight: 0.5}, mbarlow: {
 
 
 # a loss on scored pairs (sentence1, sentence2, score) needs scored data, which these unscored sentences are not; the
-# training module refuses it there. tests/test_scored_losses.py checks those losses themselves
+# pre-run checks refuse it there. tests/test_labelled_scale.py trains one on tiny-llama with scored pairs
 SCORED_DATA = "trains on scored pairs (sentence1, sentence2, score) only; this step's data has no scores"
 EVERY_LOSS = [
     pytest.param(name, marks=pytest.mark.skip(reason=SCORED_DATA)) if lookup("loss", name).build.takes_scores else name

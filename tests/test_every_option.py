@@ -34,7 +34,6 @@ from omegaconf import DictConfig, OmegaConf
 import sentemb.encoders.models.backbones
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.metric_names import DEV_SPEARMAN_BEST_LOGGED, TEST_SPEARMAN
-from sentemb.common.parts import lookup
 from sentemb.common.paths import CONF_DIR, resolve_data_root
 from sentemb.data.labelled import NLI_COLUMNS
 from sentemb.runs.sweep_check import check_sweep
@@ -345,11 +344,6 @@ def test_option_trains_one_step(group, option, small_corpus, small_stsb, tmp_pat
     cfg = compose_train(overrides, tmp_path / "run")
     if reason := lacking(cfg):
         pytest.skip(f"{group}={option} {reason}; composed and checked by the fast test")
-    if group == "loss" and lookup("loss", option).build.takes_scores:
-        pytest.skip(
-            f"loss={option} trains on scored pairs (sentence1, sentence2, score); no data= option has "
-            "them yet; composed and checked by the fast test, the loss itself by tests/test_scored_losses.py"
-        )
     if str(cfg.trainer.get("strategy", "")).startswith("ddp") or is_sharded(cfg.trainer):
         # Lightning's DDP (and trainer=fsdp's) launcher re-runs the command it was started by: the training command,
         # not pytest

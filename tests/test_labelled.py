@@ -175,6 +175,7 @@ def naive_infonce(h1, h2, hard, tau, weight=0.0, excluded=None):
     """Supervised SimCSE straight from its equation: for each anchor i, −log e^{s_ii/τ} / Σ_j e^{l_ij}, the j running
     over [positives; hard negatives], l_ij = s_ij/τ (+ w for i's own hard negative), excluded j left out."""
     n, total = h1.shape[0], 0.0
+    h1, h2, hard = h1.detach(), h2.detach(), [h.detach() for h in hard]
     candidates = torch.cat([h2, *hard])
     for i in range(n):
         denominator = 0.0
@@ -268,11 +269,12 @@ def test_the_data_and_the_loss_must_fit(tmp_path, triplets_csv, data_root):
         "which loss=infonce would read as positives": ["data=stsb_train"],
         "loss=cosent learns from scored pairs": ["loss=cosent", f"data.path={pairs}"],
         "fewer than one batch": [f"data.path={pairs}", "data.batch_size=32"],
-        "cannot make the negation view": ["auxiliary=sncse", f"data.path={pairs}", "data.batch_size=8"],
+        "cannot make the negation view": ["auxiliary=sncse", f"data.path={pairs}"],
     }
     for message, overrides in refusals.items():
         data = [] if any(o.startswith("data=") for o in overrides) else ["data=labelled"]
-        cfg = compose_train(["model=tiny", *data, *overrides], tmp_path)
+        size = [] if any(o.startswith("data.batch_size") for o in overrides) else ["data.batch_size=8"]
+        cfg = compose_train(["model=tiny", *data, *size, *overrides], tmp_path)
         with pytest.raises(SentembConfigError, match=message):
             prepare_run(cfg)
 

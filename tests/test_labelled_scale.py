@@ -75,7 +75,9 @@ def test_grad_cache_chunks_the_hard_negatives_and_equals_the_plain_step(variant,
 
 @pytest.mark.slow  # three short runs (~40 s on 2 cores)
 def test_a_labelled_run_resumes_exactly(tmp_path, data_root, small_stsb):
-    rows = [[a, b, stsb_rows(data_root, 128)[(i + 9) % 128][1]] for i, (a, b, _) in enumerate(stsb_rows(data_root, 128))]
+    rows = [
+        [a, b, stsb_rows(data_root, 128)[(i + 9) % 128][1]] for i, (a, b, _) in enumerate(stsb_rows(data_root, 128))
+    ]
     path = write_csv(tmp_path / "t.csv", ["anchor", "positive", "negative"], rows)
     overrides = [
         "model=tiny", "logger=csv", "data=labelled", f"data.path={path}", "data.batch_size=16", "trainer.max_steps=6",
@@ -106,3 +108,32 @@ def test_labelled_triplets_train_with_a_queue_hicl_and_dclr(preset, triplets, tm
         tmp_path / "run",
     )  # fmt: skip
     assert metrics["stsb/test/spearman"] == metrics["stsb/test/spearman"]  # a number, not NaN
+
+
+def test_a_scored_loss_trains_a_step_of_tiny_llama(tmp_path, data_root):
+    scored = write_csv(tmp_path / "s.csv", ["sentence1", "sentence2", "score"], stsb_rows(data_root, 8))
+    cfg = compose_train(["model=tiny-llama", "pooling=last_token", "loss=angle", "data=labelled",
+                         f"data.path={scored}", "data.score_range=[0,5]", "data.batch_size=8"], tmp_path)  # fmt: skip
+    from sentemb.training.checks import prepare_run
+
+    prepare_run(cfg)
+    torch.manual_seed(0)
+    module = SentembModule.from_config(cfg)
+    backward, total, _ = module.step_loss(dict(labelled_batch(module, scored, 8, score_range=[0, 5])))
+    module.backward(backward)
+    assert torch.isfinite(total) and total > 0
+    grads = [p.grad for p in module.parameters() if p.requires_grad]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads) and any(g.abs().sum() > 0 for g in grads)
+
+
+@pytest.mark.slow  # a real run
+def test_an_e5_mistral_style_run_lora_on_a_decoder_with_hard_negatives(triplets, tmp_path, small_stsb):
+    from tests.test_train import run
+
+    metrics = run(
+        ["model=tiny-mistral", "pooling=last_token", "adapter=lora", "data=labelled", f"data.path={triplets}",
+         "data.batch_size=4", "loss.tau=0.02", "logger=csv", "trainer.max_steps=2", "eval.every_n_steps=2",
+         "eval.at_start=false", f"eval.stsb_dir={small_stsb}"],
+        tmp_path / "run",
+    )  # fmt: skip
+    assert metrics["stsb/test/spearman"] == metrics["stsb/test/spearman"]
