@@ -137,3 +137,70 @@ def test_an_e5_mistral_style_run_lora_on_a_decoder_with_hard_negatives(triplets,
         tmp_path / "run",
     )  # fmt: skip
     assert metrics["stsb/test/spearman"] == metrics["stsb/test/spearman"]
+
+
+# ---- data.streaming=true on a labelled file
+
+
+def streamed_rows(path: Path, tokenizer, world: int, **options) -> list[list[str]]:
+    """Every rank's rows of one epoch of the stream, decoded back to (anchor, positive, negative) texts."""
+    from sentemb.data.labelled import LabelledFile
+    from sentemb.data.streaming import LabelledRowStream
+
+    rows = []
+    for rank in range(world):
+        stream = LabelledRowStream(LabelledFile.open(path, None, None), tokenizer, 4, 64, 7, rank=rank,
+                                   world_size=world, **options)  # fmt: skip
+        for row in stream:
+            rows.append([tokenizer.decode(row[f"{p}input_ids"], skip_special_tokens=True)
+                         for p in ("", "positive_", "hard_negative_1_")])  # fmt: skip
+    return rows
+
+
+def test_a_streamed_file_gives_every_whole_round_once_shuffled_and_shared_by_the_ranks(tmp_path):
+    from tests.test_labelled import write_csv as write
+
+    rows = [[f"anchor {i}", f"positive {i}", f"negative {i}"] for i in range(37)]
+    path = write(tmp_path / "t.csv", ["anchor", "positive", "negative"], rows)
+    module = SentembModule.from_config(compose_train(["model=tiny"], tmp_path))
+    tokenizer = module.encoder.tokenizer
+    in_order = streamed_rows(path, tokenizer, 1, shuffle_buffer=None)
+    assert in_order == [[t.lower() for t in row] for row in rows[:36]]  # 9 whole batches of 4; the ragged 37th dropped
+    shuffled = streamed_rows(path, tokenizer, 2, shuffle_buffer=10)
+    assert len(shuffled) == 32 and len({tuple(r) for r in shuffled}) == 32  # 4 rounds of 2 x 4, each row once
+    assert shuffled != in_order[:32] and all(r[0].split()[1] == r[1].split()[1] == r[2].split()[1] for r in shuffled)
+    assert shuffled == streamed_rows(path, tokenizer, 2, shuffle_buffer=10), "seeded: the same order every run"
+
+
+def test_a_bad_row_past_a_streamed_files_head_is_named_when_the_stream_reaches_it(tmp_path, small_stsb):
+    from sentemb.common.errors import SentembConfigError
+    from sentemb.data.corpus import HEAD_LINES
+    from tests.test_train import run
+
+    lines = ["anchor,positive"] + [f"sentence {i},another {i}" for i in range(HEAD_LINES + 20)] + ["last,"]
+    (tmp_path / "t.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    overrides = ["model=tiny", "logger=csv", "data=labelled", f"data.path={tmp_path / 't.csv'}", "data.streaming=true",
+                 "data.batch_size=64", "trainer.max_steps=40", "eval.every_n_steps=100", "eval.at_start=false",
+                 f"eval.stsb_dir={small_stsb}", "data.shuffle=false"]  # fmt: skip
+    from sentemb.training.checks import prepare_run
+
+    prepare_run(compose_train(overrides, tmp_path))  # the head is sound
+    with pytest.raises(SentembConfigError, match=rf"t.csv:{HEAD_LINES + 22}: column 'positive' is empty"):
+        run(overrides, tmp_path / "run")
+
+
+@pytest.mark.slow  # three short runs
+def test_a_streamed_labelled_run_resumes_exactly(tmp_path, data_root, small_stsb):
+    pairs = stsb_rows(data_root, 128)
+    path = write_csv(tmp_path / "t.csv", ["anchor", "positive", "negative"],
+                     [[a, b, pairs[(i + 9) % 128][1]] for i, (a, b, _) in enumerate(pairs)])  # fmt: skip
+    overrides = [
+        "model=tiny", "logger=csv", "data=labelled", f"data.path={path}", "data.streaming=true",
+        "data.shuffle_buffer=32", "data.batch_size=16", "trainer.max_steps=6", "eval.every_n_steps=3",
+        "eval.at_start=false", "trainer.log_every_n_steps=1", f"eval.stsb_dir={small_stsb}",
+    ]  # fmt: skip
+    full, resumed, _ = stopped_and_resumed(overrides, tmp_path, stop_after=3)
+    losses = logged(tmp_path / "full", "train/loss")
+    after = {**logged(tmp_path / "stopped", "train/loss"), **logged(tmp_path / "resumed", "train/loss")}
+    assert len(losses) == 6 and after == losses  # the same batches in the same order: equal, not close
+    assert resumed["stsb/test/spearman"] == full["stsb/test/spearman"]

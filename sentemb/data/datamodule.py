@@ -25,12 +25,11 @@ from torch.utils.data import DataLoader, DistributedSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 from transformers import PreTrainedTokenizerBase
 
-from sentemb.common.batch_views import prefix
 from sentemb.common.errors import SentembConfigError
 from sentemb.data.corpus import CorpusReport
-from sentemb.data.labelled import read_labelled
+from sentemb.data.labelled import STREAMED_SOURCES, LabelledFile, encode_labelled, labelled_source, read_labelled
 from sentemb.data.repetition import check_dup_rate
-from sentemb.data.streaming import ShuffledLineStream, StreamPosition
+from sentemb.data.streaming import LabelledRowStream, ShuffledLineStream, StreamPosition
 from sentemb.data.views import SoftNegatives, ViewCollator, encode_views, view_makers
 
 log = logging.getLogger(__name__)
@@ -238,22 +237,6 @@ class UnsupervisedTextDataModule(L.LightningDataModule):
         self._resumed_position = state_dict.get(key)
 
 
-def encode_labelled(
-    rows: dict[str, list], tokenizer: PreTrainedTokenizerBase, max_length: int, roles: Sequence[str]
-) -> dict[str, list[list[int]]]:
-    """A batch of labelled rows → each view's token ids (truncated to `max_length`) under its role's prefix (the
-    anchor's under the tokenizer's names), as `datasets.map(batched=True)` takes it; the labels stay as they are."""
-    encoded: dict[str, list[list[int]]] = {}
-    for role in roles:
-        encoded.update(
-            {
-                f"{prefix(role)}{key}": ids
-                for key, ids in tokenizer(rows[role], truncation=True, max_length=max_length).items()
-            }
-        )
-    return encoded
-
-
 class LabelledDataModule(UnsupervisedTextDataModule):
     """Batches of labelled rows (sentemb.data.labelled): the anchor, its labelled positive as view 2, its hard
     negatives as views `hard_negative_1` ..., and the labels (`text_ids`: each text's id, which the module masks
@@ -273,17 +256,18 @@ class LabelledDataModule(UnsupervisedTextDataModule):
         shuffle: bool = True,
         seed: int = 0,
         streaming: bool = False,
+        shuffle_buffer: int = 10_000,
         views: Mapping[str, Mapping[str, Any]] | None = None,
         dup_rate: float = 0.0,
     ) -> None:
-        check_labelled_options(streaming, views, dup_rate)
+        check_labelled_options(streaming, views, dup_rate, source)
         super().__init__(
-            path or "", tokenizer, batch_size, max_length, num_workers, shuffle, seed, streaming=False, views=None
+            path or "", tokenizer, batch_size, max_length, num_workers, shuffle, seed, streaming, shuffle_buffer
         )
         self.config = {"source": source, "path": path, "columns": columns, "score_range": score_range}
 
     def setup(self, stage: str | None = None) -> None:
-        if self.train_set is not None:
+        if self.streaming or self.train_set is not None:  # streaming: read as training goes
             return
         labelled = read_labelled(self.config)
         self.train_set = Dataset.from_dict(labelled.columns()).map(
@@ -302,20 +286,50 @@ class LabelledDataModule(UnsupervisedTextDataModule):
             ", scored" if labelled.scores is not None else "",
         )
 
+    def stream_loader(self) -> DataLoader:
+        """data.streaming=true: this rank's share of the file's rows, read, checked and tokenised as training goes (from
+        the resumed position if there is one); the position is kept as the corpus stream's (`state_dict`)."""
+        trainer = self.trainer
+        source = labelled_source(self.config)
+        stream = LabelledRowStream(
+            LabelledFile.open(source.path, self.config["columns"], self.config["score_range"], source.required),
+            self.tokenizer,
+            self.batch_size,
+            self.max_length,
+            self.seed,
+            self.shuffle_buffer if self.shuffle else None,
+            rank=trainer.global_rank if trainer is not None else 0,
+            world_size=trainer.world_size if trainer is not None else 1,
+            epoch=lambda: self.trainer.current_epoch if self.trainer is not None else 0,
+        )
+        if self._resumed_position is not None:
+            stream.resume_at = StreamPosition(**self._resumed_position)
+            self._resumed_position = None
+        log.info("labelled data %s: streamed (each row checked as read)", source.path)
+        return DataLoader(
+            stream,
+            batch_size=self.batch_size,
+            collate_fn=ViewCollator(self.tokenizer),
+            # each iteration draws a base seed: from its own generator, not the global RNG dropout draws from
+            generator=torch.Generator().manual_seed(self.seed),
+        )
 
-def check_labelled_options(streaming: bool, views: Mapping[str, Any] | None, dup_rate: float = 0.0) -> None:
-    """What labelled data does not do (yet): stream, make a view a training part asks for (SNCSE's negation), or
-    repeat words into a positive (ESimCSE's data.dup_rate: the positive is the labelled one)."""
+
+def check_labelled_options(
+    streaming: bool, views: Mapping[str, Any] | None, dup_rate: float = 0.0, source: str | None = "file"
+) -> None:
+    """What labelled data does not do: stream a built-in set (small, read whole), make a view a training part asks
+    for (SNCSE's negation), or repeat words into a positive (ESimCSE's data.dup_rate: the positive is labelled)."""
     if dup_rate:
         raise SentembConfigError(
             f"data.dup_rate={dup_rate} with labelled data: ESimCSE's word repetition makes the positive of an "
             "unlabelled sentence, and a labelled row has its own. Fix: data.dup_rate=0 (negatives=momentum keeps "
             "ESimCSE's queue)"
         )
-    if streaming:
+    if streaming and (source or "file") not in STREAMED_SOURCES:
         raise SentembConfigError(
-            "data.streaming=true with labelled data: labelled rows are read into memory (SimCSE's 275k NLI triplets "
-            "take ~100 MB). Fix: data.streaming=false"
+            f"data.streaming=true with data.source={source}: a built-in set is small and read whole; a file is "
+            "streamed (data=labelled, data=nli). Fix: data.streaming=false"
         )
     if views:
         raise SentembConfigError(

@@ -27,16 +27,20 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sentemb.common.batch_views import ANCHOR, POSITIVE
+from sentemb.common.batch_views import ANCHOR, POSITIVE, prefix
 from sentemb.common.errors import SentembConfigError
 from sentemb.data.corpus import files_inside
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 HARD_NEGATIVE = "hard_negative"  # views hard_negative_1 ... hard_negative_k
 SCORE_COLUMNS = ("score", "label")  # sentence-transformers' names of a scored pair's label column
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 SOURCES = ("file", "nli", "stsb_train", "sick_nli", "mrpc")
+STREAMED_SOURCES = ("file", "nli")  # files, which data.streaming=true reads as training goes
 NLI_COLUMNS = ("sent0", "sent1", "hard_neg")  # SimCSE's nli_for_simcse.csv header
 NLI_URL = "https://huggingface.co/datasets/princeton-nlp/datasets-for-simcse/resolve/main/nli_for_simcse.csv"
 ABSENT = -1  # the text id of a hard negative a row lacks (sick_nli): its column is no negative of any anchor
@@ -63,6 +67,11 @@ def hard_negative_role(number: int) -> str:
     return f"{HARD_NEGATIVE}_{number}"
 
 
+def labelled_roles(views: int) -> list[str]:
+    """The roles of a labelled row's `views` texts: anchor, positive, then its hard negatives."""
+    return [ANCHOR, POSITIVE, *(hard_negative_role(b) for b in range(1, views - 1))]
+
+
 def is_hard_negative(role: str) -> bool:
     return role.startswith(f"{HARD_NEGATIVE}_")
 
@@ -78,7 +87,7 @@ class LabelledSet:
 
     @property
     def roles(self) -> list[str]:
-        return [ANCHOR, POSITIVE, *(hard_negative_role(b) for b in range(1, len(self.texts) - 1))]
+        return labelled_roles(len(self.texts))
 
     @property
     def hard_negatives(self) -> int:
@@ -130,36 +139,43 @@ def numbered_rows(path: Path, kind: str) -> tuple[list[str], Iterator[tuple[int,
 
 
 def delimited_rows(path: Path, delimiter: str) -> tuple[list[str], Iterator[tuple[int, dict[str, Any]]]]:
-    handle = path.open(encoding="utf-8-sig", newline="")  # utf-8-sig: a BOM is not part of the first column's name
+    """The header's names, and every row with the line it starts on, read as iterated (a streamed file too)."""
     # TSV: quotes are text (STS-style files quote freely); CSV: RFC 4180 quoting, fields with commas quoted
-    reader = csv.reader(handle, delimiter=delimiter, quoting=csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL)
-    try:
-        header = next(reader, None)
-    except (UnicodeDecodeError, csv.Error) as err:
-        handle.close()
-        raise unreadable(path, 1, err) from err
+    quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
+
+    def opened() -> Any:
+        return path.open(encoding="utf-8-sig", newline="")  # utf-8-sig: a BOM is not part of the first column's name
+
+    with opened() as handle:
+        try:
+            header = next(csv.reader(handle, delimiter=delimiter, quoting=quoting), None)
+        except (UnicodeDecodeError, csv.Error) as err:
+            raise unreadable(path, 1, err) from err
     if not header:
-        handle.close()
         raise SentembConfigError(f"{path}: the file is empty. Fix: a header row naming the columns, then the rows")
+    names = [name.strip() for name in header]
 
     def rows() -> Iterator[tuple[int, dict[str, Any]]]:
-        with handle:
+        with opened() as handle:
+            reader = csv.reader(handle, delimiter=delimiter, quoting=quoting)
             line = 1
             try:
+                next(reader)
+                line = reader.line_num  # a quoted header may span lines
                 for fields in reader:
                     start, line = line + 1, reader.line_num
                     if not fields:  # a blank line
                         continue
-                    if len(fields) != len(header):
+                    if len(fields) != len(names):
                         raise SentembConfigError(
-                            f"{path}:{start}: {len(fields)} fields, but the header has {len(header)} "
-                            f"({', '.join(header)}). Fix: {quoting_fix(delimiter)}"
+                            f"{path}:{start}: {len(fields)} fields, but the header has {len(names)} "
+                            f"({', '.join(names)}). Fix: {quoting_fix(delimiter)}"
                         )
-                    yield start, dict(zip(header, fields, strict=True))
+                    yield start, dict(zip(names, fields, strict=True))
             except (UnicodeDecodeError, csv.Error) as err:
                 raise unreadable(path, line + 1, err) from err
 
-    return [name.strip() for name in header], rows()
+    return names, rows()
 
 
 def quoting_fix(delimiter: str) -> str:
@@ -173,37 +189,51 @@ def unreadable(path: Path, line: int, err: Exception) -> SentembConfigError:
 
 
 def json_rows(path: Path) -> tuple[list[str], Iterator[tuple[int, dict[str, Any]]]]:
-    parsed: list[tuple[int, dict[str, Any]]] = []
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            if not raw.strip():
-                continue
-            try:
-                value = json.loads(raw)
-            except (UnicodeDecodeError, json.JSONDecodeError) as err:
-                raise SentembConfigError(
-                    f"{path}:{number}: not a JSON object ({err}). Fix: one JSON object a line, "
-                    '{"anchor": "...", "positive": "..."}'
-                ) from err
-            if not isinstance(value, dict):
-                raise SentembConfigError(
-                    f"{path}:{number}: a JSON {type(value).__name__}, not an object. Fix: one object a line, "
-                    '{"anchor": "...", "positive": "..."}'
-                )
-            parsed.append((number, value))
-    if not parsed:
+    """The fields of the first object, and every object with its line, read as iterated (a streamed file too)."""
+
+    def rows() -> Iterator[tuple[int, dict[str, Any]]]:
+        with path.open("rb") as handle:
+            for number, raw in enumerate(handle, start=1):
+                if raw.strip():
+                    yield number, json_object(raw, path, number)
+
+    first = next(rows(), None)
+    if first is None:
         raise SentembConfigError(f"{path}: the file has no rows. Fix: one JSON object a line")
-    return list(parsed[0][1]), iter(parsed)
+    return list(first[1]), rows()
+
+
+def json_object(raw: bytes, path: Path, number: int) -> dict[str, Any]:
+    try:
+        value = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise SentembConfigError(
+            f'{path}:{number}: not a JSON object ({err}). Fix: one JSON object a line, {{"anchor": "...", ...}}'
+        ) from err
+    if not isinstance(value, dict):
+        raise SentembConfigError(
+            f'{path}:{number}: a JSON {type(value).__name__}, not an object. Fix: one object a line, {{"anchor": ...}}'
+        )
+    return value
 
 
 def parquet_rows(path: Path) -> tuple[list[str], Iterator[tuple[int, dict[str, Any]]]]:
+    """The schema's columns, and every row with its number, read a record batch at a time (a streamed file too)."""
     import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(path)
+        table = pq.ParquetFile(path)
     except Exception as err:  # noqa: BLE001 - pyarrow's errors are many; each is a file that is not parquet
         raise SentembConfigError(f"{path}: not a parquet file ({err}). Fix: write it with pandas/pyarrow") from err
-    return list(table.column_names), ((row, values) for row, values in enumerate(table.to_pylist(), start=1))
+
+    def rows() -> Iterator[tuple[int, dict[str, Any]]]:
+        number = 0
+        for batch in table.iter_batches(batch_size=4096):
+            for values in batch.to_pylist():
+                number += 1
+                yield number, values
+
+    return list(table.schema_arrow.names), rows()
 
 
 # ---- which column is what
@@ -297,31 +327,66 @@ def checked_score(value: Any, path: Path, line: int, column: str, bounds: tuple[
     return (score - low) / (high - low)  # the losses read [0, 1]
 
 
+@dataclass(frozen=True)
+class LabelledFile:
+    """A labelled file opened and its header checked: its path, the columns to read (`layout`) and the scores' range
+    (`bounds`, scored pairs only). `rows()` reads it again from the start, each row checked as it is read."""
+
+    path: Path
+    layout: Layout
+    bounds: tuple[float, float] | None
+
+    @classmethod
+    def open(
+        cls,
+        path: Path,
+        columns: Sequence[str] | None,
+        score_range: Sequence[float] | None,
+        required: Sequence[str] = (),
+    ) -> LabelledFile:
+        header, _ = numbered_rows(path, file_format(path))
+        missing = [name for name in required if name not in header]
+        if missing:
+            raise SentembConfigError(
+                f"{path}: no column {', '.join(map(repr, missing))} (its columns: {', '.join(header)}), which "
+                f"{'SimCSE’s nli_for_simcse.csv' if required == NLI_COLUMNS else 'this data'} has. Fix: the file as "
+                f"downloaded ({NLI_URL})"
+            )
+        layout = column_layout(header, columns or list(required) or None, f"data.path={path}")
+        bounds = score_bounds(score_range, f"data.path={path}") if layout.score else None
+        return cls(path, layout, bounds)
+
+    def rows(self) -> Iterator[tuple[list[str], float | None]]:
+        """Every row as (its texts in view order, its score scaled to [0, 1] or None), checked as it is read."""
+        _, rows = numbered_rows(self.path, file_format(self.path))
+        for line, row in rows:
+            texts = [checked_text(row.get(column), self.path, line, column) for column in self.layout.texts]
+            score = None
+            if self.layout.score is not None and self.bounds is not None:
+                score = checked_score(row.get(self.layout.score), self.path, line, self.layout.score, self.bounds)
+            yield texts, score
+
+    def read(self, limit: int | None = None) -> LabelledSet:
+        """Every row (or the first `limit`: a streamed file's head), checked."""
+        texts: tuple[list[str | None], ...] = tuple([] for _ in self.layout.texts)
+        scores: list[float] | None = [] if self.layout.score else None
+        for count, (row, score) in enumerate(self.rows(), start=1):
+            for values, text in zip(texts, row, strict=True):
+                values.append(text)
+            if scores is not None and score is not None:
+                scores.append(score)
+            if limit is not None and count >= limit:
+                break
+        if not texts[0]:
+            raise SentembConfigError(f"{self.path}: the header is there but no row. Fix: add the labelled rows")
+        return LabelledSet(texts, scores, str(self.path))
+
+
 def read_file(
     path: Path, columns: Sequence[str] | None, score_range: Sequence[float] | None, required: Sequence[str] = ()
 ) -> LabelledSet:
     """Every row of a labelled file, checked (module docstring). `required`: the columns a named format has."""
-    kind = file_format(path)
-    header, rows = numbered_rows(path, kind)
-    missing = [name for name in required if name not in header]
-    if missing:
-        raise SentembConfigError(
-            f"{path}: no column {', '.join(map(repr, missing))} (its columns: {', '.join(header)}), which "
-            f"{'SimCSE’s nli_for_simcse.csv' if required == NLI_COLUMNS else 'this data'} has. Fix: the file as "
-            f"downloaded ({NLI_URL})"
-        )
-    layout = column_layout(header, columns or list(required) or None, f"data.path={path}")
-    bounds = score_bounds(score_range, f"data.path={path}") if layout.score else None
-    texts: tuple[list[str | None], ...] = tuple([] for _ in layout.texts)
-    scores: list[float] | None = [] if layout.score else None
-    for line, row in rows:
-        for column, values in zip(layout.texts, texts, strict=True):
-            values.append(checked_text(row.get(column), path, line, column))
-        if layout.score and scores is not None and bounds is not None:
-            scores.append(checked_score(row.get(layout.score), path, line, layout.score, bounds))
-    if not texts[0]:
-        raise SentembConfigError(f"{path}: the header is there but no row. Fix: add the labelled rows")
-    return LabelledSet(texts, scores, str(path))
+    return LabelledFile.open(path, columns, score_range, required).read()
 
 
 # ---- the built-in sets, read from the SentEval tree
@@ -341,11 +406,12 @@ SENTEVAL_FIX = (
 )
 
 
-def tab_lines(path: Path, fields: int, layout: str) -> Iterator[tuple[int, list[str]]]:
-    """A SentEval tab-separated file's lines after its header, each split into at least `fields` fields."""
+def tab_lines(path: Path, fields: int, layout: str, header: bool = True) -> Iterator[tuple[int, list[str]]]:
+    """A SentEval tab-separated file's lines (after its header), each split into at least `fields` fields."""
     with path.open(encoding="utf-8-sig") as handle:
-        next(handle, None)
-        for number, line in enumerate(handle, start=2):
+        if header:
+            next(handle, None)
+        for number, line in enumerate(handle, start=2 if header else 1):
             if not line.strip():
                 continue
             columns = line.rstrip("\n").split("\t")
@@ -358,16 +424,15 @@ def tab_lines(path: Path, fields: int, layout: str) -> Iterator[tuple[int, list[
 
 
 def read_stsb_train(senteval: Path) -> LabelledSet:
-    """STS-B train: 5,749 pairs scored 0–5 (tab-separated, no header: genre, file, year, id, score, s1, s2)."""
-    from sentemb.eval.sts import read_stsb_split
-
+    """STS-B train: 5,749 pairs scored 0–5 (tab-separated, no header: genre, file, year, id, score, s1, s2), the
+    sentences' whitespace normalised as SentEval reads them."""
     path = require_file(senteval / "STS" / "STSBenchmark" / "sts-train.csv", "STS-B train", SENTEVAL_FIX)
-    pairs = read_stsb_split(path)  # checks each line's fields and score (file:line)
-    scores = [float(score) / 5.0 for score in pairs.gold]
-    bad = [number for number, score in enumerate(scores, start=1) if not 0.0 <= score <= 1.0]
-    if bad:
-        raise SentembConfigError(f"{path}:{bad[0]}: score outside STS-B's 0–5. Fix: restore the file from SentEval")
-    return LabelledSet((list(pairs.first), list(pairs.second)), scores, str(path))
+    first, second, scores = [], [], []
+    for number, columns in tab_lines(path, 7, "genre, file, year, id, score, s1, s2", header=False):
+        first.append(" ".join(columns[5].split()))
+        second.append(" ".join(columns[6].split()))
+        scores.append(checked_score(columns[4], path, number, "score", (0.0, 5.0)))
+    return LabelledSet((first, second), scores, str(path))
 
 
 def read_sick_nli(senteval: Path) -> LabelledSet:
@@ -407,8 +472,17 @@ def read_mrpc(senteval: Path) -> LabelledSet:
     return LabelledSet((first, second), None, str(path))
 
 
-def read_labelled(data: Mapping[str, Any]) -> LabelledSet:
-    """The labelled rows a data config names (`source`, `path`, `columns`, `score_range`), every row checked."""
+@dataclass(frozen=True)
+class Source:
+    """Where a data config's labelled rows come from: its source, its path, the columns a named format has."""
+
+    name: str
+    path: Path
+    required: tuple[str, ...] = ()
+
+
+def labelled_source(data: Mapping[str, Any]) -> Source:
+    """The data config's `source` and `path`, checked (a file that exists, a built-in set's folder)."""
     source = data.get("source") or "file"
     if source not in SOURCES:
         raise SentembConfigError(f"data.source={source!r} is not one of {', '.join(SOURCES)}. Fix: e.g. data=labelled")
@@ -417,11 +491,35 @@ def read_labelled(data: Mapping[str, Any]) -> LabelledSet:
         fix = "data.path=<the file> (data=labelled), or a built-in set: data=stsb_train, sick_nli, mrpc, nli"
         raise SentembConfigError(f"data.source={source}: data.path is not set. Fix: {fix}")
     path = Path(str(path)).expanduser()
-    if source in ("file", "nli"):
-        if source == "nli":
-            require_file(path, "SimCSE's NLI file", f"download it ({NLI_URL}) to {path}, or set data.path")
-        else:
-            require_file(path, "data.path: the labelled file", "data.path=<a .csv, .tsv, .jsonl or .parquet file>")
-        return read_file(path, data.get("columns"), data.get("score_range"), NLI_COLUMNS if source == "nli" else ())
+    if source == "nli":
+        require_file(path, "SimCSE's NLI file", f"download it ({NLI_URL}) to {path}, or set data.path")
+    elif source == "file":
+        require_file(path, "data.path: the labelled file", "data.path=<a .csv, .tsv, .jsonl or .parquet file>")
+    return Source(source, path, NLI_COLUMNS if source == "nli" else ())
+
+
+def read_labelled(data: Mapping[str, Any], limit: int | None = None) -> LabelledSet:
+    """The labelled rows a data config names (`source`, `path`, `columns`, `score_range`), every row checked (a file:
+    its first `limit` rows, a streamed file's head)."""
+    source = labelled_source(data)
+    if source.name in STREAMED_SOURCES:
+        opened = LabelledFile.open(source.path, data.get("columns"), data.get("score_range"), source.required)
+        return opened.read(limit)
     readers = {"stsb_train": read_stsb_train, "sick_nli": read_sick_nli, "mrpc": read_mrpc}
-    return readers[source](path)
+    return readers[source.name](source.path)
+
+
+def encode_labelled(
+    rows: dict[str, list], tokenizer: PreTrainedTokenizerBase, max_length: int, roles: Sequence[str]
+) -> dict[str, list[list[int]]]:
+    """A batch of labelled rows → each view's token ids (truncated to `max_length`) under its role's prefix (the
+    anchor's under the tokenizer's names), as `datasets.map(batched=True)` takes it; the labels stay as they are."""
+    encoded: dict[str, list[list[int]]] = {}
+    for role in roles:
+        encoded.update(
+            {
+                f"{prefix(role)}{key}": ids
+                for key, ids in tokenizer(rows[role], truncation=True, max_length=max_length).items()
+            }
+        )
+    return encoded

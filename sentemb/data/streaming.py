@@ -19,6 +19,7 @@ word repetition (data.dup_rate); soft negatives are the negations of the batch's
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ from transformers import PreTrainedTokenizerBase
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.data.corpus import undecodable_line_error
+from sentemb.data.labelled import SCORES, TEXT_IDS, LabelledFile, LabelledSet, encode_labelled, labelled_roles
 from sentemb.data.views import SoftNegatives, encode_views
 
 
@@ -135,3 +137,78 @@ class ShuffledLineStream(IterableDataset):
             )
             for index in range(len(lines)):
                 yield {key: values[index] for key, values in encoded.items()}
+
+
+class LabelledRowStream(IterableDataset):
+    """data.streaming=true on a labelled file: its rows read, checked (file:line), shuffled through a seeded buffer
+    and shared out as the corpus stream shares its lines (rank r takes the r-th batch of every round of
+    world_size x batch_size rows, a partial last round dropped); a resumed stream replays the epoch's seeded order
+    and skips the rounds already trained before tokenising anything."""
+
+    def __init__(
+        self,
+        source: LabelledFile,
+        tokenizer: PreTrainedTokenizerBase,
+        batch_size: int,
+        max_length: int,
+        seed: int,
+        shuffle_buffer: int | None,
+        rank: int = 0,
+        world_size: int = 1,
+        epoch: Callable[[], int] = lambda: 0,
+    ) -> None:
+        super().__init__()
+        self.source = source
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.seed = seed
+        self.shuffle_buffer = shuffle_buffer  # None: the file's order
+        self.rank = rank
+        self.world_size = world_size
+        self.epoch = epoch
+        self.resume_at: StreamPosition | None = None
+
+    def shuffled(self, epoch: int) -> Iterator[tuple[list[str], float | None]]:
+        """The file's checked rows through a buffer of `shuffle_buffer` rows, drawn by a generator seeded by the seed
+        and the epoch (each epoch its own order, the same in every run)."""
+        rows = self.source.rows()
+        if self.shuffle_buffer is None:
+            yield from rows
+            return
+        draw = random.Random(self.seed * 1_000_003 + epoch)
+        buffer: list[tuple[list[str], float | None]] = []
+        for row in rows:
+            if len(buffer) < self.shuffle_buffer:
+                buffer.append(row)
+                continue
+            index = draw.randrange(len(buffer))
+            buffer[index], row = row, buffer[index]
+            yield row
+        draw.shuffle(buffer)
+        yield from buffer
+
+    def rounds(self, position: StreamPosition) -> Iterator[list[tuple[list[str], float | None]]]:
+        """This rank's batches of rows from `position` on (not tokenised)."""
+        per_round, skipped, current = self.world_size * self.batch_size, 0, []
+        for row in self.shuffled(position.epoch):
+            current.append(row)
+            if len(current) < per_round:
+                continue
+            if skipped < position.batches:
+                skipped += 1
+            else:
+                yield current[self.rank * self.batch_size : (self.rank + 1) * self.batch_size]
+            current = []
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        position, self.resume_at = self.resume_at or StreamPosition(self.epoch(), 0), None
+        roles = labelled_roles(len(self.source.layout.texts))
+        for rows in self.rounds(position):
+            texts = tuple(list(views) for views in zip(*(row for row, _ in rows), strict=True))
+            scores = None if self.source.layout.score is None else [score for _, score in rows]
+            columns = LabelledSet(texts, scores, str(self.source.path)).columns()
+            encoded = encode_labelled(columns, self.tokenizer, self.max_length, roles)
+            labels = {key: columns[key] for key in (TEXT_IDS, SCORES) if key in columns}
+            for index in range(len(rows)):
+                yield {key: values[index] for key, values in {**encoded, **labels}.items()}

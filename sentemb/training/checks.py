@@ -19,7 +19,7 @@ from sentemb.common.hydra_plumbing import resolved_container
 from sentemb.common.metric_names import check_metric_name
 from sentemb.common.parts import lookup
 from sentemb.common.paths import resolve_data_root
-from sentemb.data.corpus import CorpusReport, check_corpus
+from sentemb.data.corpus import HEAD_LINES, CorpusReport, check_corpus
 from sentemb.data.datamodule import check_batching, check_corpus_fills_batch, check_labelled_options
 from sentemb.data.labelled import LabelledSet, read_labelled
 from sentemb.data.repetition import check_dup_rate
@@ -58,8 +58,11 @@ def prepare_run(cfg: DictConfig) -> CorpusReport | LabelledSet:
     check_resumed_negatives(cfg.get("ckpt_path"), cfg, resumed)
     cfg.paths.data_dir = str(resolve_data_root(cfg.paths.data_dir))
     if is_labelled(cfg.data):  # every row read and checked here, before any model loads
-        labelled = read_labelled(resolved_container(cfg.data))
-        check_labelled_fit(cfg, labelled)
+        streaming = bool(cfg.data.get("streaming"))
+        check_labelled_options(streaming, {}, cfg.data.get("dup_rate", 0.0), cfg.data.get("source"))
+        # streamed: the head here, every other row as the stream reads it (file and line named there)
+        labelled = read_labelled(resolved_container(cfg.data), HEAD_LINES if streaming else None)
+        check_labelled_fit(cfg, labelled, whole=not streaming or len(labelled) < HEAD_LINES)
         return labelled
     refuse_scored_loss(cfg.loss, "data.corpus: one sentence per line has no scores")
     report = check_corpus(Path(cfg.data.corpus).expanduser(), streaming=bool(cfg.data.get("streaming")))
@@ -86,11 +89,12 @@ def refuse_scored_loss(loss: Mapping[str, Any], why: str) -> None:
         )
 
 
-def check_labelled_fit(cfg: DictConfig, labelled: LabelledSet) -> None:
-    """The labelled rows against the run: one whole batch per device, a loss for their kind (scored pairs: a scored
-    pair's loss; hard negatives: a loss with a negatives' denominator), no view they cannot make."""
+def check_labelled_fit(cfg: DictConfig, labelled: LabelledSet, whole: bool = True) -> None:
+    """The labelled rows against the run: one whole batch per device (`whole`: all rows were read, not a streamed
+    file's head), a loss for their kind (scored pairs: a scored pair's loss; hard negatives: a loss with a negatives'
+    denominator), no view they cannot make."""
     batch_size, world = cfg.data.get("batch_size"), processes(cfg.trainer)
-    if batch_size is not None and len(labelled) < batch_size * world:
+    if whole and batch_size is not None and len(labelled) < batch_size * world:
         devices = f" on each of {world} devices" if world > 1 else ""
         raise SentembConfigError(
             f"{labelled.source}: {len(labelled)} labelled rows, fewer than one batch of data.batch_size={batch_size}"
@@ -115,7 +119,9 @@ def check_labelled_fit(cfg: DictConfig, labelled: LabelledSet) -> None:
     asked = {}
     if cfg.get("auxiliary"):
         asked = build_part("auxiliary", resolved_container(cfg.auxiliary)).data_views()
-    check_labelled_options(bool(cfg.data.get("streaming")), asked, cfg.data.get("dup_rate", 0.0))
+    check_labelled_options(
+        bool(cfg.data.get("streaming")), asked, cfg.data.get("dup_rate", 0.0), cfg.data.get("source")
+    )
 
 
 def processes(trainer: Mapping[str, Any]) -> int:
