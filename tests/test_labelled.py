@@ -6,6 +6,9 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -282,13 +285,21 @@ def test_the_data_and_the_loss_must_fit(tmp_path, triplets_csv, data_root):
 # ---- real Trainer runs
 
 
-def test_training_on_your_own_triplets_csv(triplets_csv, tmp_path, small_stsb):
-    metrics = run(
-        ["data=labelled", f"data.path={triplets_csv}", "model=tiny", "logger=csv", "data.batch_size=16",
-         "trainer.max_steps=4", "eval.every_n_steps=2", "eval.at_start=false", f"eval.stsb_dir={small_stsb}"],
-        tmp_path,
-    )  # fmt: skip
-    assert math.isfinite(metrics["stsb/test/spearman"]) and "in_domain" not in metrics
+def test_the_readmes_command_trains_on_your_own_triplets_csv(tmp_path, data_root):
+    """`python -m sentemb.train data=labelled data.path=<triplets.csv> model=tiny`, as the README shows it (run in a
+    fresh folder: its outputs/ and offline W&B run land there)."""
+    pairs = stsb_rows(data_root, 128)
+    rows = [[a, b, pairs[(i + 7) % 128][0]] for i, (a, b, _) in enumerate(pairs)]  # 2 batches of the default 64
+    path = write_csv(tmp_path / "triplets.csv", ["anchor", "positive", "negative"], rows)
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    command = "python -m sentemb.train data=labelled data.path=<triplets.csv> model=tiny"
+    assert command in readme
+    words = [sys.executable, *command.replace("<triplets.csv>", str(path)).split()[1:]]
+    env = {**os.environ, "WANDB_MODE": "offline", "PYTHONPATH": str(Path(__file__).parent.parent)}
+    result = subprocess.run(words, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "STS-B test Spearman" in result.stdout
+    assert "views anchor, positive, hard_negative_1" in result.stdout + result.stderr  # read as triplets
 
 
 def test_training_on_sick_nli_says_its_sick_scores_are_in_domain(tmp_path, small_stsb):
@@ -298,6 +309,17 @@ def test_training_on_sick_nli_says_its_sick_scores_are_in_domain(tmp_path, small
         tmp_path,
     )  # fmt: skip
     assert math.isfinite(metrics["stsb/test/spearman"]) and "SICK-R" in metrics["in_domain"]
+    # the evaluation of its checkpoint says so too, read from the run's .hydra/config.yaml (which the job writes)
+    from sentemb.common.hydra_plumbing import compose_config
+    from sentemb.common.paths import CONF_DIR
+    from sentemb.eval.suite import evaluate
+
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "config.yaml").write_text("data:\n  source: sick_nli\n  path: /somewhere\n")
+
+    overrides = [f"checkpoint={metrics['best_checkpoint']}", "tasks=[STS12]"]
+    results = evaluate(compose_config(CONF_DIR, "eval", overrides, tmp_path / "eval"), tmp_path / "eval")
+    assert "SICK-R" in results["in_domain"] and "in-domain" in (tmp_path / "eval" / "results.md").read_text()
 
 
 TINY_PRESETS = {  # the data each preset trains on

@@ -19,11 +19,12 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from sentemb.common.errors import SentembConfigError
-from sentemb.common.file_values import Shape, read_json
+from sentemb.common.file_values import Shape, parse_yaml, read_json
 from sentemb.common.hydra_plumbing import part_name, resolved_container
 from sentemb.common.paths import resolve_data_root
 from sentemb.common.published_files import publish_text
 from sentemb.common.wandb_mode import wandb_mode
+from sentemb.data.labelled import in_domain_note
 from sentemb.encoders.build import build_encoder, check_checkpoint_parts, encoder_from_checkpoint
 from sentemb.encoders.checkpoint import model_label, read_checkpoint
 from sentemb.encoders.encoder import SentenceEncoder
@@ -173,6 +174,7 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
     whitening, whitening_dim = cfg.get("whitening"), cfg.get("whitening_dim")
     check_whitening_dim(whitening, whitening_dim)  # first: a bad key costs nothing else
     checkpoint = served_checkpoint(cfg)  # first: a bad or mismatched checkpoint costs nothing else
+    in_domain = run_in_domain_note(cfg.get("checkpoint"))  # its run's .hydra/config.yaml, read before the model loads
     tasks = resolve_tasks(cfg.tasks)
     senteval_dir = resolve_data_root(cfg.paths.data_dir) / "senteval" / "downstream"
     sts_data = {task: load_sts_task(senteval_dir, task, cfg.sts_splits) for task in tasks if task in STS_TASKS}
@@ -204,6 +206,8 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
         )
 
     results: dict[str, Any] = {"source": source, "tasks": tasks, "sentences_encoded": len(cache)}
+    if in_domain is not None:
+        results["in_domain"] = in_domain
     results["intervals"] = resampling.as_dict()  # the STS intervals' and the transfer test sets' bootstrap
     embeds = whitened_embeds(whitening, whitening_dim, sts_data, cache, corpus_lines)
     if whitening:
@@ -238,6 +242,21 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
     print("\n" + report + f"\n(written to {output_dir}/results.json and results.md)")
     log_to_wandb(results, cfg, output_dir)
     return results
+
+
+def run_in_domain_note(checkpoint: str | None) -> str | None:
+    """The in-domain caveat of a checkpoint whose run trained on a benchmark's own train split (`in_domain_note`),
+    read from the run's `.hydra/config.yaml` beside its checkpoints/ (data.source only, compared as a string, never
+    applied); None without that file or for other data."""
+    if not checkpoint:
+        return None
+    config = Path(str(checkpoint)).parent.parent / ".hydra" / "config.yaml"
+    if not config.is_file():
+        return None
+    composed = parse_yaml(config, "Fix: restore the run's .hydra/ files, or move them away")
+    data = composed.get("data") if isinstance(composed, dict) else None
+    source = data.get("source") if isinstance(data, dict) else None
+    return in_domain_note({"source": source}) if isinstance(source, str) else None
 
 
 def largest_resample(

@@ -17,6 +17,11 @@ direction cat(h, q). K = 0 or None computes exactly the loss without negatives. 
 them is declared per class, readable before anything is built: `Objective.negatives_refusal(config)`
 is None, or the reason as one sentence (a loss with no negatives' denominator refuses them).
 
+Labelled hard negatives (supervised SimCSE, sentemb/training/labelled_views.py) are extra negatives too, placed first:
+`hard_negatives=k` says the first k·N rows of `negatives` are the anchors' own (row b·N + i: anchor i's), so that a
+loss with a `hard_negative_weight` (InfoNCE's) adds it to those logits (`hard_negative_bias`, passed to
+`directional` as `bias` only when nonzero).
+
 False negatives (DCLR's instance weights, sentemb/training/negatives/dclr.py): `forward(z1, z2, negatives, excluded)`
 with `excluded` an (N, N + K) bool tensor, True where candidate j is a false negative of anchor i: it is
 then no negative of that anchor (never True on the diagonal: a positive is not a negative). Each loss

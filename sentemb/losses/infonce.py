@@ -25,6 +25,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from sentemb.common.errors import SentembConfigError
 from sentemb.common.parts import part
 from sentemb.losses.base import LazyStats, LossOutput, Objective, require_finite, require_positive
 from sentemb.losses.geometry import negative_softmax, negatives_logsumexp, paradigm_stats
@@ -42,6 +43,11 @@ class InfoNCE(Objective):
         self.set_convention(convention, symmetric)
         # supervised SimCSE's weight on each anchor's own hard negative (its logit + w; 0 in its released runs)
         self.hard_negative_weight = require_finite("hard_negative_weight", hard_negative_weight, "0.0")
+        if self.hard_negative_weight and self.convention == "reference":
+            raise SentembConfigError(
+                "loss.hard_negative_weight with loss.convention=reference: the paradigm paper's public code has no "
+                "labelled hard negatives. Fix: loss.convention=paper, or loss.hard_negative_weight=0"
+            )
 
     def directional(
         self,

@@ -92,6 +92,7 @@ class SentembModule(CheckpointContents, L.LightningModule):
         self.loss = build_part("loss", loss)  # a registered objective by name (sentemb.common.parts)
         # a labelled batch's duplicated texts leave the loss's negatives, when it has a negatives' denominator
         self.masks_duplicates = getattr(self.loss, "refuses_negatives", lambda: "")() is None
+        self.takes_scores = bool(getattr(self.loss, "takes_scores", False))  # CoSENT, AnglE: scored pairs
         self.grad_cache = GradCache.from_config(grad_cache)  # null, a sentence count, or {sentences, tokens}
         # from_pretrained returns the backbone in eval mode and Lightning keeps submodule modes:
         # without this, dropout is off and the two views are identical (no SimCSE at all)
@@ -213,9 +214,7 @@ class SentembModule(CheckpointContents, L.LightningModule):
         if world > 1:
             z1, z2, hard = gather_with_grad(z1), gather_with_grad(z2), [gather_with_grad(h) for h in hard]
             text_ids, scores = (None if x is None else gathered(x) for x in (text_ids, scores))
-        if getattr(
-            self.loss, "takes_scores", False
-        ):  # a scored pair's loss: no negatives (the pre-run checks refuse a negatives part)
+        if self.takes_scores:  # a scored pair's loss: no negatives (the pre-run checks refuse a negatives part)
             return self.loss(z1, z2, scores=scores), None
         inputs = StepInputs(batch, z1, z2, self.encoder, self.loss, self.chunk_sentences())
         # a labelled batch's hard negatives first, its duplicates masked where the loss has negatives to mask
