@@ -570,6 +570,12 @@ NOT_CONFIG = {  # files read that are not configuration, each with why the rule 
     "(yaml.safe_load, strings only kept), compared with sentemb's to tell a whole export, never built or applied",
     ("sentemb/data/negation.py", "parse_line"): "SNCSE's negation file: data, each line checked to be a list of two "
     "strings (file:line), never configuration",
+    ("sentemb/data/labelled.py", "json_object"): "a labelled JSON-lines row: data, each field checked to be a "
+    "non-empty text or a finite score in range (file:line), never configuration",
+    ("sentemb/data/labelled.py", "read_file"): "a labelled file's rows (LabelledFile.read): data, checked as above",
+    ("sentemb/data/labelled.py", "read_labelled"): "a labelled file's rows (LabelledFile.read): data, checked as above",
+    ("sentemb/eval/suite.py", "run_in_domain_note"): "a run's .hydra/config.yaml (PyYAML's safe loader): its "
+    "data.source alone, compared as a string with the built-in sets' names; nothing built, resolved or applied",
 }
 # ".read": a file object's read (or os.read), how a reader takes a file's first bytes or reads it in blocks
 PARSERS = (
