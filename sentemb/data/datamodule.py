@@ -185,24 +185,10 @@ class UnsupervisedTextDataModule(L.LightningDataModule):
         state (which Lightning saves and restores too) would be one untrained batch ahead; the position is the
         trainer's count of trained batches instead (`state_dict` below).
         """
-        trainer = self.trainer
-        stream = ShuffledLineStream(
-            self.corpus,
-            self.tokenizer,
-            self.batch_size,
-            self.max_length,
-            self.seed,
-            self.shuffle_buffer if self.shuffle else None,
-            rank=trainer.global_rank if trainer is not None else 0,
-            world_size=trainer.world_size if trainer is not None else 1,
-            epoch=lambda: self.trainer.current_epoch if self.trainer is not None else 0,
-            dup_rate=self.dup_rate,
-            soft_negatives=self.soft_negatives,
-        )
+        stream = self.stream()
         if self._resumed_position is not None:
             stream.resume_at = StreamPosition(**self._resumed_position)
             self._resumed_position = None
-        log.info("corpus %s: streamed (blank lines skipped as read)", self.corpus)
         return DataLoader(
             stream,
             batch_size=self.batch_size,
@@ -210,6 +196,24 @@ class UnsupervisedTextDataModule(L.LightningDataModule):
             # each iteration draws a base seed: from its own generator, not the global RNG dropout draws from
             generator=torch.Generator().manual_seed(self.seed),
         )
+
+    def stream(self) -> ShuffledLineStream:
+        """The corpus's stream, this rank's share of it (`share`)."""
+        log.info("corpus %s: streamed (blank lines skipped as read)", self.corpus)
+        return ShuffledLineStream(
+            self.corpus, self.tokenizer, self.batch_size, self.max_length, self.seed,
+            self.shuffle_buffer if self.shuffle else None, dup_rate=self.dup_rate, soft_negatives=self.soft_negatives,
+            **self.share(),
+        )  # fmt: skip
+
+    def share(self) -> dict[str, Any]:
+        """This process's place in the stream: its rank, the world size, and the trainer's epoch (asked per epoch)."""
+        trainer = self.trainer
+        return {
+            "rank": trainer.global_rank if trainer is not None else 0,
+            "world_size": trainer.world_size if trainer is not None else 1,
+            "epoch": lambda: self.trainer.current_epoch if self.trainer is not None else 0,
+        }
 
     # Lightning restores the datamodule before it first builds the loader (it builds it early, to count the
     # scheduler's steps, before it would restore the loader's own saved state), so the position lives here
@@ -286,33 +290,15 @@ class LabelledDataModule(UnsupervisedTextDataModule):
             ", scored" if labelled.scores is not None else "",
         )
 
-    def stream_loader(self) -> DataLoader:
-        """data.streaming=true: this rank's share of the file's rows, read, checked and tokenised as training goes (from
-        the resumed position if there is one); the position is kept as the corpus stream's (`state_dict`)."""
-        trainer = self.trainer
+    def stream(self) -> LabelledRowStream:
+        """data.streaming=true: the file's rows, read, checked and tokenised as training goes, this rank's share."""
         source = labelled_source(self.config)
-        stream = LabelledRowStream(
-            LabelledFile.open(source.path, self.config["columns"], self.config["score_range"], source.required),
-            self.tokenizer,
-            self.batch_size,
-            self.max_length,
-            self.seed,
-            self.shuffle_buffer if self.shuffle else None,
-            rank=trainer.global_rank if trainer is not None else 0,
-            world_size=trainer.world_size if trainer is not None else 1,
-            epoch=lambda: self.trainer.current_epoch if self.trainer is not None else 0,
-        )
-        if self._resumed_position is not None:
-            stream.resume_at = StreamPosition(**self._resumed_position)
-            self._resumed_position = None
         log.info("labelled data %s: streamed (each row checked as read)", source.path)
-        return DataLoader(
-            stream,
-            batch_size=self.batch_size,
-            collate_fn=ViewCollator(self.tokenizer),
-            # each iteration draws a base seed: from its own generator, not the global RNG dropout draws from
-            generator=torch.Generator().manual_seed(self.seed),
-        )
+        return LabelledRowStream(
+            LabelledFile.open(source.path, self.config["columns"], self.config["score_range"], source.required),
+            self.tokenizer, self.batch_size, self.max_length, self.seed, self.shuffle_buffer if self.shuffle else None,
+            **self.share(),
+        )  # fmt: skip
 
 
 def check_labelled_options(
