@@ -220,3 +220,11 @@ def test_built_from_the_yaml_with_its_defaults_and_flagged_as_taking_scores():
         build("cosent", scale=0)
     with pytest.raises(SentembConfigError, match="loss.cosine_weight=-1"):
         build("angle", cosine_weight=-1.0)
+
+
+def test_a_weighted_sum_refuses_a_scored_term_before_anything_loads():
+    from sentemb.common.errors import SentembConfigError
+    from sentemb.losses import build
+
+    with pytest.raises(SentembConfigError, match=r"loss.terms.cosent: CoSENT learns from scored pairs.*Fix: "):
+        build("sum", terms={"infonce": {"weight": 1.0}, "cosent": {"weight": 0.5}})

@@ -44,6 +44,11 @@ class WeightedSum(Objective):
         self.weights: dict[str, float] = {}
         for label, spec in terms.items():
             self.objectives[label], self.weights[label] = build_term(label, spec)
+            if getattr(self.objectives[label], "takes_scores", False):  # the sum passes its terms no scores
+                raise SentembConfigError(
+                    f"loss.terms.{label}: {type(self.objectives[label]).__name__} learns from scored pairs, and a "
+                    f"weighted sum passes its terms no scores. Fix: loss={label} alone, or terms of pairs and negatives"
+                )
 
     no_negatives = None  # each term decides (negatives_refusal)
 
