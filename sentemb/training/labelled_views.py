@@ -18,7 +18,7 @@ from dataclasses import replace
 
 import torch
 
-from sentemb.data.labelled import ABSENT, TEXT_IDS, is_hard_negative
+from sentemb.data.labelled import ABSENT, is_hard_negative
 from sentemb.encoders.poolings.base import TrainingViews
 from sentemb.training.negatives import StepNegatives
 
@@ -64,7 +64,3 @@ def with_labelled(
         n = excluded.shape[0]
         excluded = torch.cat((excluded[:, :n], excluded.new_zeros(n, n * len(hard)), excluded[:, n:]), dim=1)
     return replace(step, negatives=negatives, excluded=excluded, hard_negatives=len(hard))
-
-
-def labelled_text_ids(batch: dict[str, torch.Tensor]) -> torch.Tensor | None:
-    return batch.get(TEXT_IDS)
