@@ -274,7 +274,7 @@ class LabelledDataModule(UnsupervisedTextDataModule):
         if self.streaming or self.train_set is not None:  # streaming: read as training goes
             return
         labelled = read_labelled(self.config)
-        self.train_set = Dataset.from_dict(labelled.columns()).map(
+        self.train_set = Dataset.from_dict(labelled.columns(self.max_length)).map(
             functools.partial(
                 encode_labelled, tokenizer=self.tokenizer, max_length=self.max_length, roles=labelled.roles
             ),

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from sentemb.common.batch_views import ANCHOR, POSITIVE, prefix
 from sentemb.common.errors import SentembConfigError
 from sentemb.data.corpus import files_inside
+from sentemb.data.sentence_cut import cut_text, cut_texts
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -96,12 +97,14 @@ class LabelledSet:
     def __len__(self) -> int:
         return len(self.texts[0])
 
-    def columns(self) -> dict[str, list]:
-        """The rows as `datasets` columns: each view's text ('' for an absent hard negative), and the scores."""
+    def columns(self, max_length: int | None = None) -> dict[str, list]:
+        """The rows as `datasets` columns: each view's text ('' for an absent hard negative), and the scores; texts
+        cut for `max_length` tokens first (`cut_text`), so neither the hash nor the tokenizer reads past the cut."""
+        views = self.texts if max_length is None else tuple(cut_texts(texts, max_length) for texts in self.texts)
         columns: dict[str, list] = {
-            role: [text or "" for text in texts] for role, texts in zip(self.roles, self.texts, strict=True)
+            role: [text or "" for text in texts] for role, texts in zip(self.roles, views, strict=True)
         }
-        columns[TEXT_IDS] = [[text_id(texts[row]) for texts in self.texts] for row in range(len(self))]
+        columns[TEXT_IDS] = [[text_id(texts[row]) for texts in views] for row in range(len(self))]
         if self.scores is not None:
             columns[SCORES] = self.scores
         return columns
@@ -512,14 +515,16 @@ def read_labelled(data: Mapping[str, Any], limit: int | None = None) -> Labelled
 def encode_labelled(
     rows: dict[str, list], tokenizer: PreTrainedTokenizerBase, max_length: int, roles: Sequence[str]
 ) -> dict[str, list[list[int]]]:
-    """A batch of labelled rows → each view's token ids (truncated to `max_length`) under its role's prefix (the
+    """A batch of labelled rows → each view's token ids (cut, truncated to `max_length`) under its role's prefix (the
     anchor's under the tokenizer's names), as `datasets.map(batched=True)` takes it; the labels stay as they are."""
     encoded: dict[str, list[list[int]]] = {}
     for role in roles:
         encoded.update(
             {
                 f"{prefix(role)}{key}": ids
-                for key, ids in tokenizer(rows[role], truncation=True, max_length=max_length).items()
+                for key, ids in tokenizer(
+                    [cut_text(text, max_length) for text in rows[role]], truncation=True, max_length=max_length
+                ).items()
             }
         )
     return encoded

@@ -19,6 +19,7 @@ word repetition (data.dup_rate); soft negatives are the negations of the batch's
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from datasets import load_dataset
 from torch.utils.data import IterableDataset
 from transformers import PreTrainedTokenizerBase
@@ -33,6 +35,7 @@ from transformers import PreTrainedTokenizerBase
 from sentemb.common.errors import SentembConfigError
 from sentemb.data.corpus import undecodable_line_error
 from sentemb.data.labelled import SCORES, TEXT_IDS, LabelledFile, LabelledSet, encode_labelled, labelled_roles
+from sentemb.data.sentence_cut import char_limit, cut_texts
 from sentemb.data.views import SoftNegatives, encode_views
 
 
@@ -70,9 +73,12 @@ def non_blank(lines: pa.Table) -> list[bool]:
     return [bool(line.strip()) for line in lines["text"].to_pylist()]
 
 
-def numbered(lines: pa.Table, indices: Sequence[int]) -> pa.Table:
+def numbered(lines: pa.Table, indices: Sequence[int], limit: int | None = None) -> pa.Table:
     """The lines with their index among the non-blank lines (the `index` column), as `map(with_indices=True)`
-    passes them: numbered before the shuffle, they keep it through the buffer."""
+    passes them: numbered before the shuffle, they keep it through the buffer; each cut to `limit` characters
+    (`sentence_cut.char_limit`), so the buffer holds at most shuffle_buffer x limit characters."""
+    if limit is not None:
+        lines = lines.set_column(0, "text", pc.utf8_slice_codeunits(lines["text"], 0, limit))  # code points
     return lines.append_column("index", pa.array(indices, pa.int64()))
 
 
@@ -115,7 +121,8 @@ class ShuffledLineStream(IterableDataset):
     def numbered_batches(self, position: StreamPosition) -> Iterator[tuple[list[str], list[int]]]:
         """This rank's batches of lines from `position` on, each line with its index among the non-blank lines."""
         text = load_dataset("text", data_files=str(self.corpus), split="train", streaming=True).with_format("arrow")
-        text = text.filter(non_blank, batched=True).map(numbered, batched=True, with_indices=True)
+        cut = functools.partial(numbered, limit=char_limit(self.max_length))  # blank as a whole line: as in memory
+        text = text.filter(non_blank, batched=True).map(cut, batched=True, with_indices=True)
         if self.shuffle_buffer is not None:
             text = text.shuffle(seed=self.seed, buffer_size=self.shuffle_buffer)
         per_round = self.world_size * self.batch_size
@@ -172,7 +179,8 @@ class LabelledRowStream(IterableDataset):
     def shuffled(self, epoch: int) -> Iterator[tuple[list[str], float | None]]:
         """The file's checked rows through a buffer of `shuffle_buffer` rows, drawn by a generator seeded by the seed
         and the epoch (each epoch its own order, the same in every run)."""
-        rows = self.source.rows()
+        # cut as read: the buffer holds at most shuffle_buffer rows of char_limit(max_length) characters a text
+        rows = ((cut_texts(texts, self.max_length), score) for texts, score in self.source.rows())
         if self.shuffle_buffer is None:
             yield from rows
             return
@@ -207,7 +215,7 @@ class LabelledRowStream(IterableDataset):
         for rows in self.rounds(position):
             texts = tuple(list(views) for views in zip(*(row for row, _ in rows), strict=True))
             scores = None if self.source.layout.score is None else [score for _, score in rows]
-            columns = LabelledSet(texts, scores, str(self.source.path)).columns()
+            columns = LabelledSet(texts, scores, str(self.source.path)).columns(self.max_length)
             encoded = encode_labelled(columns, self.tokenizer, self.max_length, roles)
             labels = {key: columns[key] for key in (TEXT_IDS, SCORES) if key in columns}
             for index in range(len(rows)):

@@ -32,6 +32,7 @@ from transformers.data.data_collator import pad_without_fast_tokenizer_warning
 from sentemb.common.batch_views import POSITIVE, carried_roles, prefix
 from sentemb.common.errors import SentembConfigError
 from sentemb.data.repetition import repeat_tokens, sentence_rng
+from sentemb.data.sentence_cut import cut_text
 
 NEGATION = "negation"  # the view of each sentence's negation (SNCSE's soft negative)
 # a labelled batch's per-row labels beside its views (sentemb.data.labelled): each text's id (B, views), the score (B,)
@@ -114,10 +115,12 @@ def encode_views(
     seed: int = 0,
     soft_negatives: SoftNegatives | None = None,
 ) -> dict[str, list[list[int]]]:
-    """Sentences → the columns of their views: the anchor's (truncated to `max_length`; under SNCSE's reference
+    """Sentences → the columns of their views: the anchor's (cut and truncated to `max_length`; under SNCSE's reference
     convention the sentence as its training reads it, `SoftNegatives.anchors`), the positive's when `dup_rate` > 0
     (sentence `indices[i]` repeats from `sentence_rng(seed, indices[i])`), the soft negative's."""
     anchors = sentences if soft_negatives is None else soft_negatives.anchors(list(sentences))
+    # cut before tokenising: a tokenizer truncates only after tokenising the whole text (sentemb.data.sentence_cut)
+    anchors = [cut_text(anchor, max_length) for anchor in anchors]
     encoded = dict(tokenizer(anchors, truncation=True, max_length=max_length))
     if dup_rate > 0:
         ids = [
@@ -133,7 +136,7 @@ def encode_views(
         negations = soft_negatives.negations(list(sentences))
         if len(negations) != len(sentences):
             raise RuntimeError(f"{len(negations)} soft negatives for {len(sentences)} sentences")
-        negative = tokenizer(negations, truncation=True, max_length=max_length)
+        negative = tokenizer([cut_text(text, max_length) for text in negations], truncation=True, max_length=max_length)
         encoded.update({f"{prefix(NEGATION)}{key}": values for key, values in negative.items()})
     return encoded
 
