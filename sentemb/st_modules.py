@@ -418,7 +418,7 @@ def card_tags(card: Path) -> set[str]:
         return set()
     try:
         matter = yaml.safe_load(rest.split("\n---", 1)[0])
-    except (yaml.YAMLError, RecursionError):
+    except (yaml.YAMLError, RecursionError, ValueError):  # ValueError: an integer past Python's 4,300 digits
         return set()
     tags = matter.get("tags") if isinstance(matter, dict) else None
     return {tag for tag in tags if isinstance(tag, str)} if isinstance(tags, list) else set()

@@ -130,12 +130,45 @@ def read_json(path: Path, shape: Shape = PLAIN, fix: str = REWRITE) -> Any:
     return checked(parse_json(text, path, fix), path, shape, fix)
 
 
+# digits an integer read from a file may have: Python's own limit on converting text to int (a longer one raises a
+# bare ValueError), far past any count sentemb writes
+MAX_DIGITS = 4300
+
+
+class TooManyDigits(ValueError):
+    """An integer literal past MAX_DIGITS, met before it is converted."""
+
+    def __init__(self, literal: str, line: int | None = None) -> None:
+        super().__init__(literal)
+        self.literal, self.line = literal, line
+
+
+def bounded_int(literal: str) -> int:
+    """A JSON or YAML integer literal converted only when it has at most MAX_DIGITS digits."""
+    if len(literal) > MAX_DIGITS + 1:  # + 1: a sign
+        raise TooManyDigits(literal)
+    return int(literal)
+
+
+def too_many_digits(source: str | Path, text: str, err: TooManyDigits, fix: str) -> SentembConfigError:
+    """The refusal of an integer past MAX_DIGITS, at its line (YAML's mark; in JSON the first line holding it)."""
+    literal, at = err.literal, text.find(err.literal)
+    line = f":{err.line}" if err.line else f":{text.count(chr(10), 0, at) + 1}" if at >= 0 else ""
+    return SentembConfigError(
+        f"{source}{line}: an integer of {len(literal.lstrip('+-'))} digits, more than the {MAX_DIGITS} sentemb reads "
+        f"(no file sentemb writes holds one). {fix}"
+    )
+
+
 def parse_json(text: str, source: str | Path, fix: str = REWRITE) -> Any:
     """JSON text parsed, its errors a SentembConfigError naming `source` (a file, or a file and line) and `fix`: invalid
-    JSON with its line, and nesting too deep for the parser (json raises RecursionError, not a JSON error, there).
-    A reader still passes the value through `checked`, or checks its exact shape itself."""
+    JSON with its line, nesting too deep for the parser (json raises RecursionError, not a JSON error, there), and an
+    integer past MAX_DIGITS digits (refused before it is converted). A reader still passes the value through
+    `checked`, or checks its exact shape itself."""
     try:
-        return json.loads(text)
+        return json.loads(text, parse_int=bounded_int)
+    except TooManyDigits as err:
+        raise too_many_digits(source, text, err, fix) from None
     except json.JSONDecodeError as err:
         raise SentembConfigError(f"{source}:{err.lineno}: not valid JSON ({err.msg}). {fix}") from None
     except RecursionError:
@@ -154,8 +187,12 @@ def parse_yaml(path: Path, fix: str = REWRITE) -> Any:
     for a reader that passes the parts it uses through `checked` (Hydra's hydra.yaml holds its own interpolations)."""
     import yaml
 
+    text = ""
     try:
-        value = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        text = Path(path).read_text(encoding="utf-8")
+        value = yaml.load(text, Loader=bounded_yaml_loader())
+    except TooManyDigits as err:
+        raise too_many_digits(path, text, err, fix) from None
     except RecursionError:
         raise SentembConfigError(
             f"{path}: nests lists or dicts more than {MAX_DEPTH} deep: not YAML that sentemb writes. {fix}"
@@ -168,3 +205,18 @@ def parse_yaml(path: Path, fix: str = REWRITE) -> Any:
     except (OSError, UnicodeDecodeError) as err:
         raise SentembConfigError(f"{path}: unreadable ({err}). {fix}") from None
     return value
+
+
+def bounded_yaml_loader() -> type:
+    """PyYAML's safe loader whose integers are converted only within MAX_DIGITS digits (its own int() raises a bare
+    ValueError past Python's limit); everything else as `yaml.safe_load` reads it."""
+    import yaml
+
+    class BoundedLoader(yaml.SafeLoader):
+        def construct_yaml_int(self, node: Any) -> int:
+            if len(str(node.value).replace("_", "")) > MAX_DIGITS + 1:
+                raise TooManyDigits(str(node.value), node.start_mark.line + 1)
+            return super().construct_yaml_int(node)
+
+    BoundedLoader.add_constructor("tag:yaml.org,2002:int", BoundedLoader.construct_yaml_int)
+    return BoundedLoader

@@ -29,6 +29,8 @@ from datetime import datetime
 from pathlib import Path
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.file_values import parse_json
+from sentemb.common.numbers import is_whole, shown_value
 
 LOCK_NAME = ".sentemb.lock"
 RETRY_S = 2.0  # how often a waiting command tries again
@@ -53,7 +55,7 @@ class FolderLock:
             "started": datetime.now().astimezone().isoformat(timespec="seconds"),
         }
         data = (json.dumps(holder, indent=2) + "\n").encode()
-        self.found = os.pread(self.fd, 65536, 0)
+        self.found = os.pread(self.fd, HOLDER_BYTES, 0)
         os.ftruncate(self.fd, 0)
         os.pwrite(self.fd, data, 0)
         os.fsync(self.fd)  # on NFS: visible to a command refused on another machine
@@ -221,15 +223,19 @@ def is_current(fd: int, path: Path) -> bool:
     return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
+# what `claim` writes is a few hundred bytes (its command line at most a few KiB): more is not a holder's file
+HOLDER_BYTES = 65536
+
+
 def read_holder(fd: int) -> str:
-    """Who holds the lock, in words, from what it wrote in the lock file."""
+    """Who holds the lock, in words, from what it wrote in the lock file: an unknown holder when the file is not what
+    `claim` writes (unreadable, too long, too deep or not JSON), never an error of its own."""
     try:
-        holder = json.loads(os.pread(fd, 65536, 0).decode() or "null")
-    except (OSError, ValueError):
+        holder = parse_json(os.pread(fd, HOLDER_BYTES, 0).decode() or "null", "the lock file")
+    except (OSError, ValueError, SentembConfigError):  # ValueError: not UTF-8 too
         holder = None
-    if not isinstance(holder, dict) or "pid" not in holder:
+    if not isinstance(holder, dict) or not is_whole(holder.get("pid")):
         return "another process (it has not named itself in the lock file yet)"
-    return (
-        f"PID {holder['pid']} on {holder.get('host', '?')} (since {holder.get('started', '?')}: "
-        f"{holder.get('command', '?')})"
-    )
+    pid, host, started = (shown_value(holder.get(key, "?")) for key in ("pid", "host", "started"))
+    command = shown_value(holder.get("command", "?"), limit=4096)
+    return f"PID {pid} on {host} (since {started}: {command})"

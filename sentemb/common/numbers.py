@@ -47,21 +47,53 @@ NON_NEGATIVE = Bounds(0.0)
 OPEN_UNIT = Bounds(0.0, 1.0, low_open=True, high_open=True)
 
 
+def shown_value(value: object, limit: int = 80) -> str:
+    """A setting's value as a message shows it: an integer past 30 digits by its size (str() of one past 4,300
+    digits raises ValueError), a long text clipped."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 100:
+        return f"<a whole number of about {int(value.bit_length() * math.log10(2)) + 1} digits>"
+    text = str(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
 def require_number(key: str, value: object, bounds: Bounds = ANY, fix: str = "") -> float:
     """`value` as a float when it is a finite number (never a bool) within `bounds`, else a SentembConfigError naming
     the config key `key` (e.g. `head.weight`) and `fix`. The one check of every float hyper-parameter of the parts:
     inf and nan pass a bare `>= 0` test (inf) or make every comparison false, and are refused here by name."""
     number = isinstance(value, int | float) and not isinstance(value, bool)
-    if number and math.isfinite(value) and value in bounds:
+    if number and is_finite(value) and value in bounds:
         return float(value)
     wanted = f"a number {bounds}" if str(bounds) else "a finite number"
-    not_finite = ", not inf or nan" if number and not math.isfinite(value) and str(bounds) else ""
-    raise SentembConfigError(f"{key}={value} must be {wanted}{not_finite}.{f' Fix: {fix}' if fix else ''}")
+    not_finite = ", not inf or nan" if isinstance(value, float) and not math.isfinite(value) and str(bounds) else ""
+    raise SentembConfigError(f"{key}={shown_value(value)} must be {wanted}{not_finite}.{f' Fix: {fix}' if fix else ''}")
+
+
+def is_finite(value: float) -> bool:
+    """A finite number a float can hold: an integer past float's range (10**400) is not, and is refused as such."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def is_whole(value: object) -> bool:
+    """A whole number (an int, never a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def require_whole(key: str, value: object, bounds: Bounds, fix: str = "") -> int:
     """`value` when it is a whole number (never a bool) within `bounds`, else a SentembConfigError naming `key`: sizes
     a part allocates by (channels, rows), bounded above so that a typo cannot allocate until the machine dies."""
-    if isinstance(value, int) and not isinstance(value, bool) and value in bounds:
+    if is_whole(value) and value in bounds:
         return value
-    raise SentembConfigError(f"{key}={value} must be a whole number {bounds}.{f' Fix: {fix}' if fix else ''}")
+    raise SentembConfigError(
+        f"{key}={shown_value(value)} must be a whole number {bounds}.{f' Fix: {fix}' if fix else ''}"
+    )
+
+
+def require_flag(key: str, value: object, fix: str = "") -> bool:
+    """`value` when it is true or false, else a SentembConfigError naming `key`: a word such as `abc` would otherwise
+    count as true wherever a setting is read with bool()."""
+    if isinstance(value, bool):
+        return value
+    raise SentembConfigError(f"{key}={shown_value(value)} must be true or false.{f' Fix: {fix}' if fix else ''}")

@@ -26,6 +26,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from transformers import PreTrainedTokenizerBase
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.numbers import Bounds, is_whole, require_whole
 from sentemb.data.corpus import CorpusReport
 from sentemb.data.labelled import STREAMED_SOURCES, LabelledFile, encode_labelled, labelled_source, read_labelled
 from sentemb.data.repetition import check_dup_rate
@@ -35,16 +36,38 @@ from sentemb.data.views import SoftNegatives, ViewCollator, encode_views, view_m
 log = logging.getLogger(__name__)
 
 
-def check_batching(batch_size: int | None, max_length: int | None) -> None:
-    """data.batch_size must be >= 2 (a batch is its own negatives) and data.max_length >= 1."""
-    if batch_size is not None and batch_size < 2:
-        raise SentembConfigError(
-            f"data.batch_size={batch_size}: the other sentences of a batch are its negatives, so a batch of one has "
-            "none and the contrastive loss is 0 at every step (nothing trains). Fix: data.batch_size=64 "
-            "(SimCSE's; any >= 2; conf/data/), and grad_cache=<chunk> if a big batch does not fit in memory"
+# each step scores a batch x batch similarity matrix: 64 GiB of float32 at 2^17, 4x CLIP's batch of 32,768
+MAX_BATCH_SIZE = 2**17
+# tokens a sentence keeps: the longest decoder context sentemb's presets reach (a model's own positions bound it
+# further, `check_length_fits`); sentences are cut to 256 characters a token (sentemb.data.sentence_cut)
+MAX_LENGTH = 2**17
+MAX_WORKERS = 256  # loader processes, each with its own copy of the dataset's state
+
+
+def check_batching(batch_size: object, max_length: object, num_workers: object = None) -> None:
+    """data.batch_size: a whole number from 2 (a batch is its own negatives) to MAX_BATCH_SIZE; data.max_length: a whole
+    number from 1 to MAX_LENGTH; data.num_workers: a whole number from 0 to MAX_WORKERS (None: not checked)."""
+    if batch_size is not None:
+        if is_whole(batch_size) and batch_size < 2:  # a batch of one: why, not only the bounds
+            raise SentembConfigError(
+                f"data.batch_size={batch_size}: the other sentences of a batch are its negatives, so a batch of one "
+                "has none and the contrastive loss is 0 at every step (nothing trains). Fix: data.batch_size=64 "
+                "(SimCSE's; any >= 2; conf/data/), and grad_cache=<chunk> if a big batch does not fit in memory"
+            )
+        require_whole(
+            "data.batch_size", batch_size, Bounds(2, MAX_BATCH_SIZE), "data.batch_size=64 (SimCSE's; conf/data/)"
         )
-    if max_length is not None and max_length < 1:
-        raise SentembConfigError(f"data.max_length={max_length} must be >= 1 (conf/data/).")
+    if max_length is not None:
+        if is_whole(max_length) and max_length < 1:
+            raise SentembConfigError(f"data.max_length={max_length} must be >= 1 (conf/data/).")
+        require_whole("data.max_length", max_length, Bounds(1, MAX_LENGTH), "data.max_length=32 (SimCSE's)")
+    if num_workers is not None:
+        require_whole(
+            "data.num_workers",
+            num_workers,
+            Bounds(0, MAX_WORKERS),
+            "data.num_workers=0 (reads in the training process)",
+        )
 
 
 def check_corpus_fills_batch(report: CorpusReport, batch_size: int | None, world: int = 1) -> None:
@@ -104,7 +127,7 @@ class UnsupervisedTextDataModule(L.LightningDataModule):
         views: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         super().__init__()
-        check_batching(batch_size, max_length)
+        check_batching(batch_size, max_length, num_workers)
         check_dup_rate(dup_rate)
         self.corpus = Path(corpus)
         self.tokenizer = tokenizer

@@ -21,6 +21,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.file_values import Shape, parse_yaml, read_json
 from sentemb.common.hydra_plumbing import part_name, resolved_container
+from sentemb.common.numbers import Bounds, require_whole
 from sentemb.common.paths import resolve_data_root
 from sentemb.common.published_files import publish_text
 from sentemb.common.wandb_mode import wandb_mode
@@ -165,7 +166,28 @@ ONNX_RECIPE_SHAPE = Shape(
 ONNX_FIX = "Fix: export the folder again (python -m sentemb.export ... format=onnx)"
 
 
+# sentences encoded together, tokens kept of each, and processes fitting the transfer tasks' classifiers (-1: all cores)
+EVAL_SIZES = {
+    "batch_size": (Bounds(1, 2**16), "batch_size=128"),
+    "max_length": (Bounds(1, 2**17), "max_length=null (the pooling's, else the tokenizer's limit), or e.g. 128"),
+    "jobs": (Bounds(-1, 256), "jobs=2 (-1: every core)"),
+}
+
+
+def check_evaluation_sizes(cfg: DictConfig) -> None:
+    """batch_size, max_length (null: the model's) and jobs: whole numbers within their bounds, named before anything
+    loads (`batch_size=abc` would otherwise fail in the first batch, after the model loaded)."""
+    for key, (bounds, fix) in EVAL_SIZES.items():
+        value = cfg.get(key)
+        if value is None and key == "max_length":
+            continue
+        require_whole(key, value, bounds, fix)
+        if key == "jobs" and value == 0:
+            raise SentembConfigError(f"jobs=0 runs no process. Fix: {fix}")
+
+
 def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
+    check_evaluation_sizes(cfg)
     if cfg.get("onnx") and cfg.get("checkpoint"):
         raise SentembConfigError(
             f"onnx={cfg.onnx} with checkpoint={cfg.checkpoint}: evaluate one of them. Fix: drop checkpoint= or onnx="

@@ -9,11 +9,13 @@ wandb ≥0.19 writes offline runs only as this log (LevelDB-log framing: a 7-byt
 
 from __future__ import annotations
 
-import json
 import struct
 from pathlib import Path
+from typing import Any
 
 from wandb.proto import wandb_internal_pb2
+
+from sentemb.common.file_values import parse_json
 
 BLOCK = 32768
 HEADER = 7
@@ -50,10 +52,13 @@ def config_and_history(path: Path) -> tuple[dict, list[dict]]:
     for record in records(path):
         kind = record.WhichOneof("record_type")
         if kind == "config":
-            config.update({item.key: json.loads(item.value_json) for item in record.config.update})
+            config.update({item.key: parse_json(item.value_json, path) for item in record.config.update})
         elif kind == "history":
             history.append(
-                {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+                {
+                    item.key or "/".join(item.nested_key): parse_json(item.value_json, path)
+                    for item in record.history.item
+                }
             )
     return config, history
 
@@ -64,7 +69,10 @@ def summary(path: Path) -> dict:
     for record in records(path):
         if record.WhichOneof("record_type") == "summary":
             values.update(
-                {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.summary.update}
+                {
+                    item.key or "/".join(item.nested_key): parse_json(item.value_json, path)
+                    for item in record.summary.update
+                }
             )
     return values
 
@@ -84,3 +92,8 @@ def run_info(path: Path) -> dict:
             run = record.run
             return {"name": run.display_name, "group": run.run_group, "job_type": run.job_type, "tags": list(run.tags)}
     return {}
+
+
+def key_of(item: Any) -> str:
+    """A history or summary item's key: its own, or its nested key's parts joined by '/'."""
+    return item.key or "/".join(item.nested_key)

@@ -31,6 +31,7 @@ from lightning.pytorch.callbacks import Callback
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.metric_names import DEV_SETS, SICKR_DEV, STSB_DEV, DevMetrics, check_select
+from sentemb.common.numbers import Bounds, require_flag, require_whole
 from sentemb.encoders.encoder import SentenceEncoder
 from sentemb.eval.bootstrap import Resampling
 from sentemb.eval.cache import EmbeddingCache
@@ -44,10 +45,20 @@ log = logging.getLogger(__name__)
 DEV_TASKS = {STSB_DEV: "STSBenchmark", SICKR_DEV: "SICKRelatedness"}
 
 
-def check_every_n_steps(every_n_steps: int) -> None:
-    """eval.every_n_steps: the dev evaluation's interval, >= 1."""
-    if every_n_steps < 1:
-        raise SentembConfigError(f"eval.every_n_steps={every_n_steps} must be >= 1, e.g. eval.every_n_steps=125")
+# sentences the dev evaluation encodes together (padded to the longest): 512x the default 128, past any device's memory
+MAX_EVAL_BATCH = 2**16
+
+
+def check_every_n_steps(every_n_steps: object) -> None:
+    """eval.every_n_steps: the dev evaluation's interval, a whole number >= 1."""
+    require_whole("eval.every_n_steps", every_n_steps, Bounds(1), "e.g. eval.every_n_steps=125")
+
+
+def check_eval_settings(every_n_steps: object, batch_size: object, at_start: object) -> None:
+    """The dev evaluation's interval, its encoding batch and whether it scores the encoder before the first step."""
+    check_every_n_steps(every_n_steps)
+    require_whole("eval.batch_size", batch_size, Bounds(1, MAX_EVAL_BATCH), "eval.batch_size=128")
+    require_flag("eval.at_start", at_start, "eval.at_start=true, or false")
 
 
 def read_sickr_dev(senteval_dir: Path) -> SentencePairs:
@@ -92,7 +103,7 @@ class STSBDevEvaluation(Callback):
         it (HiCL A.4's footnote: the checkpoint picked on STS-B dev, the hyper-parameters on its SICK-R dev score);
         every file is read now."""
         super().__init__()
-        check_every_n_steps(every_n_steps)
+        check_eval_settings(every_n_steps, batch_size, at_start)
         self.select = check_select(select)
         self.benchmark = STSBenchmark(Path(stsb_dir), splits=("dev",))
         self.resampling = Resampling.from_settings(intervals, "eval.intervals")

@@ -30,13 +30,13 @@ from sentemb.encoders.models.decoders import warn_without_dropout
 from sentemb.encoders.part_configs import EncoderConfig, build_part, checked_part
 from sentemb.losses.registry import negatives_refusal
 from sentemb.training import auxiliary, negatives
-from sentemb.training.callbacks import check_every_n_steps
+from sentemb.training.callbacks import check_eval_settings
 from sentemb.training.checkpoints import check_checkpoint_path
 from sentemb.training.grad_cache import check_grad_cache
 from sentemb.training.module import check_warmup_ratio
 from sentemb.training.negatives.base import NEGATIVES_LOSSES, check_resumed_negatives
 from sentemb.training.sharding import check_sharding, devices_asked
-from sentemb.training.trainer import check_devices
+from sentemb.training.trainer import check_devices, check_trainer_sizes
 
 MAX_SEED = 2**32 - 1  # numpy's (Lightning's seed_everything seeds it too)
 TOY_SIZE = 8  # poolings and heads are built at this width to run their constructors' checks in milliseconds
@@ -163,10 +163,14 @@ def check_parts(cfg: DictConfig) -> None:
         head.check_sources()  # a model the head loads at fit start is there
     if parts.model.decoder and (parts.head is None or parts.head.options.get("contrastive", True)):
         warn_without_dropout(parts.model.raw)  # MNTP alone trains without dropout on purpose
+    # every size before anything uses one: `data.batch_size=abc` is named here, not met by a comparison's TypeError
+    check_batching(cfg.data.get("batch_size"), cfg.data.get("max_length"), cfg.data.get("num_workers"))
+    check_trainer_sizes(cfg.trainer)
+    check_eval_settings(
+        cfg.eval.get("every_n_steps", 125), cfg.eval.get("batch_size", 128), cfg.eval.get("at_start", True)
+    )
     check_grad_cache(cfg.get("grad_cache"), cfg.data.batch_size)
-    check_batching(cfg.data.get("batch_size"), cfg.data.get("max_length"))
     check_dup_rate(cfg.data.get("dup_rate", 0.0))
-    check_every_n_steps(cfg.eval.every_n_steps)
     check_seed(cfg.get("seed"))
     if "seed" in cfg.data:  # the shuffle's own generator: ${seed} unless set apart
         check_seed(cfg.data.seed, "data.seed")
