@@ -122,8 +122,8 @@ def test_an_infinite_or_nan_hyper_parameter_is_refused_naming_its_key(part, key,
             r"negatives\.noise_times=100000000.0 must be a number in \[0, 64\]",
         ),
         (
-            ["negatives=dclr", "negatives.noise_times=64", "data.batch_size=300000"],
-            r"negatives\.noise_times=64 with data\.batch_size=300000: .* more than this machine allows",
+            ["negatives=dclr", "negatives.noise_times=64", "data.batch_size=131072"],  # the largest batch allowed
+            r"negatives\.noise_times=64 with data\.batch_size=131072: .* more than this machine allows",
         ),
         (["negatives=dclr", "negatives.ascent_steps=100000000"], r"negatives\.ascent_steps=100000000 must be a whole"),
         (["head=sarcse", "pooling.mlp=none", "head.co_t=100000000"], r"head\.co_t=100000000 must be a whole number"),
