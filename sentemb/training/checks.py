@@ -7,6 +7,7 @@ this only calls them in order.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,7 @@ def prepare_run(cfg: DictConfig) -> CorpusReport | LabelledSet:
     # of this negatives part, its state (ESimCSE's queue) sound: the file as just read, not read and CRC-checked again
     check_resumed_negatives(cfg.get("ckpt_path"), cfg, resumed)
     cfg.paths.data_dir = str(resolve_data_root(cfg.paths.data_dir))
+    absolute_data_paths(cfg.data)
     if is_labelled(cfg.data):  # every row read and checked here, before any model loads
         streaming = bool(cfg.data.get("streaming"))
         check_labelled_options(streaming, {}, cfg.data.get("dup_rate", 0.0), cfg.data.get("source"))
@@ -68,6 +70,14 @@ def prepare_run(cfg: DictConfig) -> CorpusReport | LabelledSet:
     report = check_corpus(Path(cfg.data.corpus).expanduser(), streaming=bool(cfg.data.get("streaming")))
     check_corpus_fills_batch(report, cfg.data.get("batch_size"), processes(cfg.trainer))
     return report
+
+
+def absolute_data_paths(data: DictConfig) -> None:
+    """data.path and data.corpus as absolute paths, as paths.data_dir is filled in: the logged config names the file
+    read, wherever the run is looked at from (one given through ${paths.data_dir} is absolute once that is)."""
+    for key in ("path", "corpus"):
+        if key in data and not OmegaConf.is_interpolation(data, key) and data[key]:
+            data[key] = os.path.abspath(Path(str(data[key])).expanduser())
 
 
 def is_labelled(data: Mapping[str, Any]) -> bool:
