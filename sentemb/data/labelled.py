@@ -327,11 +327,34 @@ def keys_differ(path: Path, number: int, first: int, keys: list[str], found: lis
     )
 
 
+class RepeatedKey(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's fields, a repeated key refused (json.loads keeps the last silently: a shadowed name)."""
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise RepeatedKey(key)
+            seen.add(key)
+    return value
+
+
 def json_object(raw: bytes, path: Path, number: int) -> dict[str, Any]:
     text = decoded(raw, path, number)
     fix = 'Fix: one flat JSON object a line, {"anchor": "...", "positive": "..."}'
     try:
-        value = json.loads(text.removeprefix("\ufeff") if number == 1 else text)
+        value = json.loads(text.removeprefix("\ufeff") if number == 1 else text, object_pairs_hook=unique_keys)
+    except RepeatedKey as err:
+        raise SentembConfigError(
+            f"{path}:{number}: the object names {echo(err.key)} twice: json keeps the last, the first is lost. "
+            f"Fix: give each field its own name"
+        ) from None
     except json.JSONDecodeError as err:
         raise SentembConfigError(f"{path}:{number}: not a JSON object ({err}). {fix}") from None
     except ValueError as err:  # an integer past Python's 4,300 digits: no score, no sentence

@@ -7,7 +7,6 @@ this only calls them in order.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from sentemb.common.errors import SentembConfigError
 from sentemb.common.hydra_plumbing import resolved_container
 from sentemb.common.metric_names import check_metric_name
 from sentemb.common.parts import lookup
-from sentemb.common.paths import resolve_data_root
+from sentemb.common.paths import absolute_data_paths, resolve_data_root
 from sentemb.data.corpus import HEAD_LINES, CorpusReport, check_corpus
 from sentemb.data.datamodule import check_batching, check_corpus_fills_batch, check_labelled_options
 from sentemb.data.labelled import LabelledSet, read_labelled
@@ -70,14 +69,6 @@ def prepare_run(cfg: DictConfig) -> CorpusReport | LabelledSet:
     report = check_corpus(Path(cfg.data.corpus).expanduser(), streaming=bool(cfg.data.get("streaming")))
     check_corpus_fills_batch(report, cfg.data.get("batch_size"), processes(cfg.trainer))
     return report
-
-
-def absolute_data_paths(data: DictConfig) -> None:
-    """data.path and data.corpus as absolute paths, as paths.data_dir is filled in: the logged config names the file
-    read, wherever the run is looked at from (one given through ${paths.data_dir} is absolute once that is)."""
-    for key in ("path", "corpus"):
-        if key in data and not OmegaConf.is_interpolation(data, key) and data[key]:
-            data[key] = os.path.abspath(Path(str(data[key])).expanduser())
 
 
 def is_labelled(data: Mapping[str, Any]) -> bool:
