@@ -7,11 +7,15 @@ A row is one of (docs/labelled.md):
 - `(sentence1, sentence2, score)`: a scored pair (a column named `score` or `label`), for the losses of scored
   pairs (loss=cosent, angle, cosine_mse); the scores reach the loss scaled to [0, 1] by `data.score_range`.
 
-Columns are taken in the file's order, or as `data.columns` names them (the score column by its name). A file is
-CSV, TSV, JSON lines or parquet, by its extension, with a header row (CSV, TSV) or named fields (JSON, parquet).
-Every row is checked when the job starts (`read_labelled`, which the pre-run checks call): a missing or empty text,
-a score that is not a finite number within data.score_range, a row with another number of fields than the header;
-each refusal names the file, the line (the row, in a parquet file) and the fix.
+Columns are taken in the file's order, or as `data.columns` names them; the score column is `data.score_column`,
+else the one named score or label. A file is CSV, TSV, JSON lines or parquet, by its extension, with a header row
+(CSV, TSV) or named fields (JSON, parquet). One column rule for every format, at the header (`check_header`,
+`check_no_number_column`): each column read has a name of its own (none empty, none twice), and a text column whose
+every value is a number (an id, a score under another name) needs data.columns. Every row is checked when the job
+starts (`read_labelled`, which the pre-run checks call): a missing, empty or invisible text, a lone surrogate, a score
+that is not a plain decimal number within data.score_range (bounded before conversion), a row with another number of
+fields than the header, JSON keys other than the first line's, a line that is not UTF-8 (at its physical line); each
+refusal names the file, the line (the row, in a parquet file) and the fix.
 
 Built in, from the SentEval tree under $SENTEMB_DATA: `stsb_train` (STS-B train's scored pairs), `sick_nli` (SICK
 train: each ENTAILMENT pair, its premise's CONTRADICTION partner as hard negative where it has one), `mrpc`
