@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from omegaconf import DictConfig, OmegaConf
+
 from sentemb.common.errors import SentembConfigError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -69,3 +71,11 @@ def resolve_data_root(configured: str | os.PathLike | None = None) -> Path:
         "Fix: export SENTEMB_DATA=/path/to/data (docs/data.md), or run `make data` to download wiki1m and SentEval "
         "into ./data."
     )
+
+
+def absolute_data_paths(data: DictConfig) -> None:
+    """data.path and data.corpus as absolute paths, as paths.data_dir is filled in: the logged config names the file
+    read, wherever the run is looked at from (one given through ${paths.data_dir} is absolute once that is)."""
+    for key in ("path", "corpus"):
+        if key in data and not OmegaConf.is_interpolation(data, key) and data[key]:
+            data[key] = os.path.abspath(Path(str(data[key])).expanduser())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +31,12 @@ def check_corpus(path: Path, streaming: bool = False) -> CorpusReport:
             f"data.corpus={path} is a directory, not a file{files_inside(path)}. "
             "Fix: data.corpus=<a text file with one sentence per line>, e.g. data.corpus=<that folder>/<file>.txt"
         )
+    special = not_regular(path)  # a FIFO is never opened: reading it would wait for a writer
+    if special:
+        raise SentembConfigError(
+            f"data.corpus: training corpus {path} is {special}, not a regular file. "
+            "Fix: copy the sentences into a text file (one sentence per line) and set data.corpus to it"
+        )
     if not path.is_file():
         raise SentembConfigError(
             f"data.corpus: training corpus {path} does not exist. "
@@ -48,6 +55,22 @@ def check_corpus(path: Path, streaming: bool = False) -> CorpusReport:
             "Fix: point data.corpus at a text file with one sentence per line."
         )
     return CorpusReport(path, lines, blank)
+
+
+def not_regular(path: Path) -> str | None:
+    """What `path` is when it exists but is neither a regular file nor a folder (told by stat, never opened: a FIFO
+    would block the reader, /dev/zero never ends), else None."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None  # absent (or unreachable): the caller says so
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (a named pipe)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a socket" if stat.S_ISSOCK(mode) else "a special file"
 
 
 def files_inside(folder: Path, shown: int = 3) -> str:

@@ -277,6 +277,7 @@ class LabelledDataModule(UnsupervisedTextDataModule):
         source: str = "file",
         columns: Sequence[str] | None = None,
         score_range: Sequence[float] | None = None,
+        score_column: str | None = None,
         batch_size: int = 64,
         max_length: int = 32,
         num_workers: int = 0,
@@ -291,7 +292,13 @@ class LabelledDataModule(UnsupervisedTextDataModule):
         super().__init__(
             path or "", tokenizer, batch_size, max_length, num_workers, shuffle, seed, streaming, shuffle_buffer
         )
-        self.config = {"source": source, "path": path, "columns": columns, "score_range": score_range}
+        self.config = {
+            "source": source,
+            "path": path,
+            "columns": columns,
+            "score_range": score_range,
+            "score_column": score_column,
+        }
 
     def setup(self, stage: str | None = None) -> None:
         if self.streaming or self.train_set is not None:  # streaming: read as training goes
@@ -318,7 +325,10 @@ class LabelledDataModule(UnsupervisedTextDataModule):
         source = labelled_source(self.config)
         log.info("labelled data %s: streamed (each row checked as read)", source.path)
         return LabelledRowStream(
-            LabelledFile.open(source.path, self.config["columns"], self.config["score_range"], source.required),
+            LabelledFile.open(
+                source.path, self.config["columns"], self.config["score_range"], source.required,
+                self.config["score_column"],
+            ),
             self.tokenizer, self.batch_size, self.max_length, self.seed, self.shuffle_buffer if self.shuffle else None,
             **self.share(),
         )  # fmt: skip

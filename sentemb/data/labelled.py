@@ -7,11 +7,15 @@ A row is one of (docs/labelled.md):
 - `(sentence1, sentence2, score)`: a scored pair (a column named `score` or `label`), for the losses of scored
   pairs (loss=cosent, angle, cosine_mse); the scores reach the loss scaled to [0, 1] by `data.score_range`.
 
-Columns are taken in the file's order, or as `data.columns` names them (the score column by its name). A file is
-CSV, TSV, JSON lines or parquet, by its extension, with a header row (CSV, TSV) or named fields (JSON, parquet).
-Every row is checked when the job starts (`read_labelled`, which the pre-run checks call): a missing or empty text,
-a score that is not a finite number within data.score_range, a row with another number of fields than the header;
-each refusal names the file, the line (the row, in a parquet file) and the fix.
+Columns are taken in the file's order, or as `data.columns` names them; the score column is `data.score_column`,
+else the one named score or label. A file is CSV, TSV, JSON lines or parquet, by its extension, with a header row
+(CSV, TSV) or named fields (JSON, parquet). One column rule for every format, at the header (`check_header`,
+`check_no_number_column`): each column read has a name of its own (none empty, none twice), and a text column whose
+every value is a number (an id, a score under another name) needs data.columns. Every row is checked when the job
+starts (`read_labelled`, which the pre-run checks call): a missing, empty or invisible text, a lone surrogate, a score
+that is not a plain decimal number within data.score_range (bounded before conversion), a row with another number of
+fields than the header, JSON keys other than the first line's, a line that is not UTF-8 (at its physical line); each
+refusal names the file, the line (the row, in a parquet file) and the fix.
 
 Built in, from the SentEval tree under $SENTEMB_DATA: `stsb_train` (STS-B train's scored pairs), `sick_nli` (SICK
 train: each ENTAILMENT pair, its premise's CONTRADICTION partner as hard negative where it has one), `mrpc`
@@ -24,14 +28,19 @@ import csv
 import hashlib
 import json
 import math
+import re
+import reprlib
+import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sentemb.common.batch_views import ANCHOR, POSITIVE, prefix
 from sentemb.common.errors import SentembConfigError
-from sentemb.data.corpus import files_inside
+from sentemb.common.file_values import not_text
+from sentemb.data.corpus import decoded, files_inside, not_regular
 from sentemb.data.sentence_cut import cut_text, cut_texts
 
 if TYPE_CHECKING:
@@ -120,16 +129,57 @@ def text_id(text: str | None) -> int:
 
 # ---- reading a file: (header, numbered rows) per format
 
+MAX_NUMBER_CHARS = 64  # a number read from text: longer is no score, refused before float() or int() converts it
+NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")  # plain ASCII decimal only
+ECHO_CHARS = 40  # a value a refusal quotes is cut to this many characters (and says how long it was)
+INVISIBLE = {"Cc", "Cf", "Zs", "Zl", "Zp"}  # control, format (U+200B ...) and space characters: no visible mark
+BARE_CR = re.compile(r"(?<=\r)(?!\n)")  # a lone \r ends a line too (csv's newline="" reading split there)
+COMPRESSED = {".gz": "gunzip -k", ".bz2": "bunzip2 -k", ".xz": "unxz -k", ".zst": "unzstd", ".zip": "unzip"}
+ARROW = (".arrow", ".feather", ".ipc")
+
 
 def file_format(path: Path) -> str:
-    kind = FORMATS.get(path.suffix.lower())
-    if kind is None:
+    suffix = path.suffix.lower()
+    kind = FORMATS.get(suffix)
+    if kind is not None:
+        return kind
+    if suffix in COMPRESSED:
+        inner = path.with_suffix("")
         raise SentembConfigError(
-            f"data.path={path}: labelled data is read by its extension, one of {', '.join(FORMATS)}; "
-            f"{path.suffix or 'none'} is not one. Fix: rename the file to its format's extension (a comma-separated "
-            "file: .csv; tab-separated: .tsv; one JSON object a line: .jsonl)"
+            f"data.path={path} is compressed ({suffix}), and labelled data is read uncompressed. Fix: decompress it "
+            f"(`{COMPRESSED[suffix]} {path}`), then data.path={inner}"
         )
-    return kind
+    if suffix in ARROW:
+        raise SentembConfigError(
+            f"data.path={path} is an Arrow file ({suffix}), which the labelled reader does not read. Fix: convert it "
+            f"to parquet (pyarrow: pq.write_table(table, '{path.with_suffix('.parquet')}'); a datasets Dataset: "
+            f"ds.to_parquet(...)), then data.path=<that .parquet file>"
+        )
+    raise SentembConfigError(
+        f"data.path={path}: labelled data is read by its extension, one of {', '.join(FORMATS)}; "
+        f"{suffix or 'none'} is not one. Fix: rename the file to its format's extension (a comma-separated "
+        "file: .csv; tab-separated: .tsv; one JSON object a line: .jsonl)"
+    )
+
+
+def row_where(path: Path, line: int) -> str:
+    """`file:line`, or `file, row N` in a parquet file (which has no lines)."""
+    return f"{path}, row {line}" if path.suffix.lower() == ".parquet" else f"{path}:{line}"
+
+
+def header_where(path: Path) -> str:
+    """Where a file names its columns: its first line, or a parquet file's schema."""
+    return f"{path}, schema" if path.suffix.lower() == ".parquet" else f"{path}:1"
+
+
+def echo(value: Any) -> str:
+    """`value` as a refusal quotes it: at most ECHO_CHARS characters, saying how long it was."""
+    if isinstance(value, str):
+        return repr(value) if len(value) <= ECHO_CHARS else f"{value[:ECHO_CHARS]!r}... ({len(value):,} characters)"
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"an integer of about {int(value.bit_length() * math.log10(2)):,} digits"  # repr fails past 4,300
+    text = reprlib.repr(value)
+    return text if len(text) <= ECHO_CHARS else f"{text[:ECHO_CHARS]}..."
 
 
 def numbered_rows(path: Path, kind: str) -> tuple[list[str], Iterator[tuple[int, dict[str, Any]]]]:
@@ -141,42 +191,103 @@ def numbered_rows(path: Path, kind: str) -> tuple[list[str], Iterator[tuple[int,
     return parquet_rows(path)
 
 
-def delimited_rows(path: Path, delimiter: str) -> tuple[list[str], Iterator[tuple[int, dict[str, Any]]]]:
-    """The header's names, and every row with the line it starts on, read as iterated (a streamed file too)."""
+class PhysicalLines:
+    """A file's lines decoded one physical line at a time, so a bad byte is named at its own line (a text-mode
+    handle decodes in blocks, ahead of the line csv has reached). `pieces`: the lines since `mark()`."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.pieces: list[str] = []
+        self.done = False  # the file read to its end
+
+    def __iter__(self) -> Iterator[str]:
+        number = 0
+        with self.path.open("rb") as handle:
+            for raw in handle:
+                text = decoded(raw, self.path, number + 1)
+                if number == 0:
+                    text = text.removeprefix("\ufeff")  # a BOM is not part of the first column's name
+                for piece in BARE_CR.split(text) if "\r" in text else (text,):
+                    if piece:
+                        number += 1
+                        self.pieces.append(piece)
+                        yield piece
+        self.done = True
+
+    def mark(self) -> None:
+        self.pieces.clear()
+
+
+def delimited_records(path: Path, delimiter: str) -> Iterator[tuple[int, int, list[str]]]:
+    """Every record (the header first) as (the line it starts on, the line it ends on, its fields)."""
     # TSV: quotes are text (STS-style files quote freely); CSV: RFC 4180 quoting, fields with commas quoted
     quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
+    lines = PhysicalLines(path)
+    reader = csv.reader(lines, delimiter=delimiter, quoting=quoting)
+    start = 1
+    try:
+        for fields in reader:
+            if lines.done and quoting != csv.QUOTE_NONE and unclosed_quote(lines.pieces, delimiter):
+                raise SentembConfigError(
+                    f"{path}:{start}: a quoted field opened on line {start} is never closed (the file ends inside "
+                    f"it, at line {reader.line_num}). Fix: close the quote, and double each quote inside a field "
+                    '("a ""quoted"" word")'
+                )
+            yield start, reader.line_num, fields
+            start = reader.line_num + 1
+            lines.mark()
+    except csv.Error as err:
+        raise delimited_error(path, start, reader.line_num, err) from None
 
-    def opened() -> Any:
-        return path.open(encoding="utf-8-sig", newline="")  # utf-8-sig: a BOM is not part of the first column's name
 
-    with opened() as handle:
-        try:
-            header = next(csv.reader(handle, delimiter=delimiter, quoting=quoting), None)
-        except (UnicodeDecodeError, csv.Error) as err:
-            raise unreadable(path, 1, err) from err
+def unclosed_quote(pieces: list[str], delimiter: str) -> bool:
+    """Whether a record's lines end inside a quoted field: csv (not strict) returns such a field silently at the end
+    of the file, holding every line after its quote."""
+    if not pieces or not any('"' in piece for piece in pieces):
+        return False
+    try:
+        list(csv.reader(iter(pieces), delimiter=delimiter, strict=True))
+    except csv.Error as err:
+        return "unexpected end of data" in str(err)
+    return False
+
+
+def delimited_error(path: Path, start: int, line: int, err: csv.Error) -> SentembConfigError:
+    """csv's refusal with its true cause: a field past its size limit (a sentence that long, or an unclosed quote
+    that swallows the lines after it), a NUL byte, or another."""
+    if "field larger than field limit" in str(err):
+        return SentembConfigError(
+            f"{path}:{start}: a field of the record from line {start} grows past csv's limit of 128 KiB "
+            f"({csv.field_size_limit():,} characters) by line {line}: a quote opened there and not closed (it "
+            "swallows the lines after it), or a text that long. Fix: close the quote (double a quote inside a field: "
+            '""), or cut the text under 128 KiB'
+        )
+    return SentembConfigError(
+        f"{path}:{line}: the line cannot be read as {'CSV' if path.suffix.lower() == '.csv' else 'TSV'} ({err}). "
+        "Fix: correct that line (a NUL byte: remove it)"
+    )
+
+
+def delimited_rows(path: Path, delimiter: str) -> tuple[list[str], Iterator[tuple[int, dict[str, Any]]]]:
+    """The header's names, and every row with the line it starts on, read as iterated (a streamed file too)."""
+    header = next((fields for _, _, fields in delimited_records(path, delimiter)), None)
     if not header:
         raise SentembConfigError(f"{path}: the file is empty. Fix: a header row naming the columns, then the rows")
     names = [name.strip() for name in header]
 
     def rows() -> Iterator[tuple[int, dict[str, Any]]]:
-        with opened() as handle:
-            reader = csv.reader(handle, delimiter=delimiter, quoting=quoting)
-            line = 1
-            try:
-                next(reader)
-                line = reader.line_num  # a quoted header may span lines
-                for fields in reader:
-                    start, line = line + 1, reader.line_num
-                    if not fields:  # a blank line
-                        continue
-                    if len(fields) != len(names):
-                        raise SentembConfigError(
-                            f"{path}:{start}: {len(fields)} fields, but the header has {len(names)} "
-                            f"({', '.join(names)}). Fix: {quoting_fix(delimiter)}"
-                        )
-                    yield start, dict(zip(names, fields, strict=True))
-            except (UnicodeDecodeError, csv.Error) as err:
-                raise unreadable(path, line + 1, err) from err
+        records = delimited_records(path, delimiter)
+        next(records)
+        for start, end, fields in records:
+            if not fields:  # a blank line
+                continue
+            if len(fields) != len(names):
+                spans = f" (the record runs from line {start} to line {end}: a quote opened and closed late)"
+                raise SentembConfigError(
+                    f"{path}:{start}: {len(fields)} fields, but the header has {len(names)} "
+                    f"({', '.join(names)}){spans if end > start else ''}. Fix: {quoting_fix(delimiter)}"
+                )
+            yield start, dict(zip(names, fields, strict=True))
 
     return names, rows()
 
@@ -187,41 +298,84 @@ def quoting_fix(delimiter: str) -> str:
     return "remove the tabs inside the sentences, or write the file as .csv with quoted fields"
 
 
-def unreadable(path: Path, line: int, err: Exception) -> SentembConfigError:
-    return SentembConfigError(f"{path}:{line}: the line cannot be read ({err}). Fix: a UTF-8 file, or delete the line")
-
-
 def json_rows(path: Path) -> tuple[list[str], Iterator[tuple[int, dict[str, Any]]]]:
-    """The fields of the first object, and every object with its line, read as iterated (a streamed file too)."""
+    """The keys of the first object, and every object with its line, read as iterated (a streamed file too); every
+    object must have the first one's keys (a key the first lacks would be dropped, a missing one read as empty)."""
 
-    def rows() -> Iterator[tuple[int, dict[str, Any]]]:
+    def objects() -> Iterator[tuple[int, dict[str, Any]]]:
         with path.open("rb") as handle:
             for number, raw in enumerate(handle, start=1):
                 if raw.strip():
                     yield number, json_object(raw, path, number)
 
-    first = next(rows(), None)
+    first = next(objects(), None)
     if first is None:
         raise SentembConfigError(f"{path}: the file has no rows. Fix: one JSON object a line")
-    return list(first[1]), rows()
+    keys = list(first[1])
+
+    def rows() -> Iterator[tuple[int, dict[str, Any]]]:
+        for number, value in objects():
+            if value.keys() != set(keys):
+                raise keys_differ(path, number, first[0], keys, list(value))
+            yield number, value
+
+    return keys, rows()
+
+
+def keys_differ(path: Path, number: int, first: int, keys: list[str], found: list[str]) -> SentembConfigError:
+    missing = [key for key in keys if key not in found]
+    extra = [key for key in found if key not in keys]
+    named = (("lacks", missing), ("adds", extra))
+    parts = [f"{label} {', '.join(map(echo, names))}" for label, names in named if names]
+    return SentembConfigError(
+        f"{path}:{number}: the object's keys differ from the first object's (line {first}: "
+        f"{', '.join(map(echo, keys))}): it {' and '.join(parts)} (a key the first object lacks would be dropped). "
+        f"Fix: give every line the same keys as line {first}, or delete line {number}"
+    )
+
+
+class RepeatedKey(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's fields, a repeated key refused (json.loads keeps the last silently: a shadowed name)."""
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise RepeatedKey(key)
+            seen.add(key)
+    return value
 
 
 def json_object(raw: bytes, path: Path, number: int) -> dict[str, Any]:
+    text = decoded(raw, path, number)
+    fix = 'Fix: one flat JSON object a line, {"anchor": "...", "positive": "..."}'
     try:
-        value = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        value = json.loads(text.removeprefix("\ufeff") if number == 1 else text, object_pairs_hook=unique_keys)
+    except RepeatedKey as err:
         raise SentembConfigError(
-            f'{path}:{number}: not a JSON object ({err}). Fix: one JSON object a line, {{"anchor": "...", ...}}'
-        ) from err
+            f"{path}:{number}: the object names {echo(err.key)} twice: json keeps the last, the first is lost. "
+            f"Fix: give each field its own name"
+        ) from None
+    except json.JSONDecodeError as err:
+        raise SentembConfigError(f"{path}:{number}: not a JSON object ({err}). {fix}") from None
+    except ValueError as err:  # an integer past Python's 4,300 digits: no score, no sentence
+        raise SentembConfigError(f"{path}:{number}: a number that cannot be read ({err}). {fix}") from None
+    except RecursionError:
+        raise SentembConfigError(f"{path}:{number}: lists or objects nested too deep to parse. {fix}") from None
     if not isinstance(value, dict):
-        raise SentembConfigError(
-            f'{path}:{number}: a JSON {type(value).__name__}, not an object. Fix: one object a line, {{"anchor": ...}}'
-        )
+        raise SentembConfigError(f"{path}:{number}: a JSON {type(value).__name__}, not an object. {fix}")
     return value
 
 
 def parquet_rows(path: Path) -> tuple[list[str], Iterator[tuple[int, dict[str, Any]]]]:
     """The schema's columns, and every row with its number, read a record batch at a time (a streamed file too)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
@@ -230,11 +384,19 @@ def parquet_rows(path: Path) -> tuple[list[str], Iterator[tuple[int, dict[str, A
         raise SentembConfigError(f"{path}: not a parquet file ({err}). Fix: write it with pandas/pyarrow") from err
 
     def rows() -> Iterator[tuple[int, dict[str, Any]]]:
-        number = 0
-        for batch in table.iter_batches(batch_size=4096):
-            for values in batch.to_pylist():
-                number += 1
-                yield number, values
+        number, groups = 0, table.num_row_groups
+        for group in range(groups):
+            try:
+                for batch in table.iter_batches(batch_size=4096, row_groups=[group]):
+                    for values in batch.to_pylist():
+                        number += 1
+                        yield number, values
+            except (OSError, ValueError, pa.ArrowException) as err:  # a corrupt page under an intact footer
+                raise SentembConfigError(
+                    f"{path}, row group {group + 1} of {groups} (after row {number}): the data cannot be read "
+                    f"({str(err)[:200]}): the file is damaged. Fix: write it again from its source (pandas' "
+                    "df.to_parquet, pyarrow's pq.write_table)"
+                ) from None
 
     return list(table.schema_arrow.names), rows()
 
@@ -250,8 +412,49 @@ class Layout:
     score: str | None
 
 
-def column_layout(header: Sequence[str], asked: Sequence[str] | None, where: str) -> Layout:
-    """The columns to read: `asked` (data.columns) in its order, else the file's, each checked against the header."""
+def checked_columns(columns: Any, score_column: Any) -> tuple[list[str] | None, str | None]:
+    """data.columns (a list of names, or None) and data.score_column (a name, or None), as given or refused."""
+    fix = "Fix: data.columns=[anchor,positive] (the columns to read, in view order, in brackets)"
+    if columns is not None:
+        if isinstance(columns, str) or not isinstance(columns, Sequence):
+            raise SentembConfigError(
+                f"data.columns={echo(columns)} is a {type(columns).__name__}, not a list of column names (a string "
+                f"would be read letter by letter). {fix}"
+            )
+        if not all(isinstance(name, str) and name.strip() for name in columns):
+            raise SentembConfigError(f"data.columns={list(columns)}: each entry must be a column's name. {fix}")
+    if score_column is not None and not (isinstance(score_column, str) and score_column.strip()):
+        raise SentembConfigError(
+            f"data.score_column={echo(score_column)} must be a column's name. Fix: data.score_column=similarity "
+            "(the file's score column), or null for a column named score or label"
+        )
+    return (list(columns) or None) if columns is not None else None, score_column
+
+
+def check_header(header: Sequence[str], asked: Sequence[str] | None, where: str) -> None:
+    """The one column rule of every format: each column read has a name of its own. Without data.columns every
+    column is read, so none may be unnamed (pandas' df.to_csv keeps its index as `,anchor,positive`) or repeated
+    (one name would read one column for two views); with it, the columns it names."""
+    for name in asked or header:
+        count = sum(column == name for column in header)
+        if not name:
+            raise SentembConfigError(
+                f"{where}: column {header.index(name) + 1} of the header has no name (pandas' df.to_csv writes its "
+                "index so: `,anchor,positive`), and it would be read as a sentence. Fix: write the file without the "
+                "index (df.to_csv(path, index=False)), or data.columns=[anchor,positive] naming the columns to read"
+            )
+        if count > 1:
+            raise SentembConfigError(
+                f"{where}: the header names {name!r} {count} times: one name would read the same column for two "
+                "views. Fix: give each column its own name (data.columns cannot tell them apart)"
+            )
+
+
+def column_layout(
+    header: Sequence[str], asked: Sequence[str] | None, where: str, score_column: str | None = None
+) -> Layout:
+    """The columns to read: `asked` (data.columns) in its order, else the file's, each checked against the header;
+    the score column is data.score_column, else the one named score or label."""
     if asked:
         missing = [name for name in asked if name not in header]
         if missing:
@@ -262,7 +465,16 @@ def column_layout(header: Sequence[str], asked: Sequence[str] | None, where: str
         if len(set(asked)) != len(asked):
             raise SentembConfigError(f"{where}: data.columns={list(asked)} names a column twice. Fix: each once")
     chosen = list(asked or header)
-    scores = [name for name in chosen if name.lower() in SCORE_COLUMNS]
+    if score_column is not None:
+        if score_column not in header:
+            raise SentembConfigError(
+                f"{where}: data.score_column={score_column!r}, which the file does not have (its columns: "
+                f"{', '.join(header)}). Fix: data.score_column=<one of them>"
+            )
+        chosen = chosen if score_column in chosen else [*chosen, score_column]
+        scores = [score_column]
+    else:
+        scores = [name for name in chosen if name.lower() in SCORE_COLUMNS]
     texts = [name for name in chosen if name not in scores]
     if len(scores) > 1:
         raise SentembConfigError(
@@ -301,43 +513,93 @@ def score_bounds(score_range: Sequence[float] | None, where: str) -> tuple[float
     return float(values[0]), float(values[1])
 
 
+def is_number_text(text: str) -> bool:
+    """A plain ASCII decimal number (sign, point, exponent), bounded in length: what a score may be written as."""
+    text = text.strip()
+    return len(text) <= MAX_NUMBER_CHARS and NUMBER.fullmatch(text) is not None
+
+
+def number(value: Any) -> float | None:
+    """A score's value as a float, or None: a number (a JSON or parquet number), or its text as `is_number_text`
+    reads it, bounded before it is converted ("4_5" and Arabic-Indic digits, which float() reads, are no score)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        try:
+            return float(value)
+        except OverflowError:  # an integer past a float's range (1 and 400 zeros)
+            return None
+    if isinstance(value, float | Decimal):
+        return float(value)
+    if isinstance(value, str) and is_number_text(value):
+        return float(value)
+    return None
+
+
+def has_visible(text: str) -> bool:
+    """Whether a text has a character that shows: not only whitespace, control or format characters (U+200B)."""
+    return any(not char.isspace() and unicodedata.category(char) not in INVISIBLE for char in text)
+
+
 def checked_text(value: Any, path: Path, line: int, column: str) -> str:
-    where = f"{path}:{line}" if path.suffix.lower() != ".parquet" else f"{path}, row {line}"
-    if value is None or (isinstance(value, str) and not value.strip()):
+    where = row_where(path, line)
+    if value is None or (isinstance(value, str) and not has_visible(value)):
+        shown = "" if value is None or not value.strip() else f" (no visible character: {echo(value)})"
         raise SentembConfigError(
-            f"{where}: column {column!r} is {'missing' if value is None else 'empty'}: every labelled row needs each "
-            "of its sentences. Fix: fill it in, or delete the row"
+            f"{where}: column {column!r} is {'missing' if value is None else 'empty'}{shown}: every labelled row "
+            "needs each of its sentences. Fix: fill it in, or delete the row"
         )
     if not isinstance(value, str):
         raise SentembConfigError(
-            f"{where}: column {column!r} holds {value!r} ({type(value).__name__}), not text. Fix: a sentence there"
+            f"{where}: column {column!r} holds {echo(value)} ({type(value).__name__}), not text. Fix: a sentence "
+            "there (an id or a score column: data.columns=[<the text columns>], data.score_column=<the score>)"
+        )
+    why = not_text(value)
+    if why:
+        raise SentembConfigError(
+            f"{where}: column {column!r} {why}. Fix: write the character itself (UTF-8), not a half of its escape, "
+            "or delete the row"
         )
     return value
 
 
 def checked_score(value: Any, path: Path, line: int, column: str, bounds: tuple[float, float]) -> float:
-    where = f"{path}:{line}" if path.suffix.lower() != ".parquet" else f"{path}, row {line}"
     low, high = bounds
-    try:
-        score = float(value) if not isinstance(value, bool) else math.nan
-    except (TypeError, ValueError):
-        score = math.nan
-    if not math.isfinite(score) or not low <= score <= high:
+    score = number(value)
+    if score is None or not math.isfinite(score) or not low <= score <= high:
         raise SentembConfigError(
-            f"{where}: {column} {value!r} is not a finite number in data.score_range [{low:g}, {high:g}]. "
+            f"{row_where(path, line)}: {column} {echo(value)} is not a finite number in data.score_range "
+            f"[{low:g}, {high:g}] (a score is a plain decimal number: digits 0-9, a sign, a point, an exponent). "
             "Fix: correct the score, delete the row, or set data.score_range to the file's scale"
         )
     return (score - low) / (high - low)  # the losses read [0, 1]
 
 
+def check_no_number_column(path: Path, layout: Layout, texts: Sequence[list[str | None]]) -> None:
+    """A text column whose every value (of the rows read) is a number is an id or a score under another name (pandas'
+    index, a leading id column, `sentence1,sentence2,similarity`), which would shift every view: refused at the
+    header unless data.columns names the columns."""
+    for column, role, values in zip(layout.texts, labelled_roles(len(layout.texts)), texts, strict=True):
+        if values and all(value is not None and is_number_text(value) for value in values):
+            others = [name for name in layout.texts if name != column]
+            raise SentembConfigError(
+                f"{header_where(path)}: every value of column {column!r} ({len(values):,} rows read) is a number, "
+                f"not a sentence: a row id, or a score under another name than {' or '.join(SCORE_COLUMNS)}, read "
+                f"as the {role}. Fix: data.columns=[{','.join(others)}] (the text columns, in view order), or, for "
+                f"scored pairs, data.score_column={column} data.score_range=[<low>,<high>]"
+            )
+
+
 @dataclass(frozen=True)
 class LabelledFile:
-    """A labelled file opened and its header checked: its path, the columns to read (`layout`) and the scores' range
-    (`bounds`, scored pairs only). `rows()` reads it again from the start, each row checked as it is read."""
+    """A labelled file opened and its header checked: its path, the columns to read (`layout`), the scores' range
+    (`bounds`, scored pairs only) and whether data.columns named them (`named`). `rows()` reads it again from the
+    start, each row checked as it is read."""
 
     path: Path
     layout: Layout
     bounds: tuple[float, float] | None
+    named: bool = False
 
     @classmethod
     def open(
@@ -346,7 +608,9 @@ class LabelledFile:
         columns: Sequence[str] | None,
         score_range: Sequence[float] | None,
         required: Sequence[str] = (),
+        score_column: str | None = None,
     ) -> LabelledFile:
+        asked, score_column = checked_columns(columns, score_column)
         header, _ = numbered_rows(path, file_format(path))
         missing = [name for name in required if name not in header]
         if missing:
@@ -355,9 +619,10 @@ class LabelledFile:
                 f"{'SimCSE’s nli_for_simcse.csv' if required == NLI_COLUMNS else 'this data'} has. Fix: the file as "
                 f"downloaded ({NLI_URL})"
             )
-        layout = column_layout(header, columns or list(required) or None, f"data.path={path}")
+        check_header(header, asked or list(required) or None, header_where(path))
+        layout = column_layout(header, asked or list(required) or None, f"data.path={path}", score_column)
         bounds = score_bounds(score_range, f"data.path={path}") if layout.score else None
-        return cls(path, layout, bounds)
+        return cls(path, layout, bounds, named=bool(asked))
 
     def rows(self) -> Iterator[tuple[list[str], float | None]]:
         """Every row as (its texts in view order, its score scaled to [0, 1] or None), checked as it is read."""
@@ -382,14 +647,20 @@ class LabelledFile:
                 break
         if not texts[0]:
             raise SentembConfigError(f"{self.path}: the header is there but no row. Fix: add the labelled rows")
+        if not self.named:
+            check_no_number_column(self.path, self.layout, texts)
         return LabelledSet(texts, scores, str(self.path))
 
 
 def read_file(
-    path: Path, columns: Sequence[str] | None, score_range: Sequence[float] | None, required: Sequence[str] = ()
+    path: Path,
+    columns: Sequence[str] | None,
+    score_range: Sequence[float] | None,
+    required: Sequence[str] = (),
+    score_column: str | None = None,
 ) -> LabelledSet:
     """Every row of a labelled file, checked (module docstring). `required`: the columns a named format has."""
-    return LabelledFile.open(path, columns, score_range, required).read()
+    return LabelledFile.open(path, columns, score_range, required, score_column).read()
 
 
 # ---- the built-in sets, read from the SentEval tree
@@ -398,6 +669,9 @@ def read_file(
 def require_file(path: Path, what: str, fix: str) -> Path:
     if path.is_dir():
         raise SentembConfigError(f"data.path={path} is a directory, not a file{files_inside(path)}. Fix: {fix}")
+    special = not_regular(path)  # a FIFO is never opened: reading it would wait for a writer
+    if special:
+        raise SentembConfigError(f"{what} {path} is {special}, not a regular file. Fix: {fix}")
     if not path.is_file():
         raise SentembConfigError(f"{what} {path} does not exist. Fix: {fix}")
     return path
@@ -506,7 +780,9 @@ def read_labelled(data: Mapping[str, Any], limit: int | None = None) -> Labelled
     its first `limit` rows, a streamed file's head)."""
     source = labelled_source(data)
     if source.name in STREAMED_SOURCES:
-        opened = LabelledFile.open(source.path, data.get("columns"), data.get("score_range"), source.required)
+        opened = LabelledFile.open(
+            source.path, data.get("columns"), data.get("score_range"), source.required, data.get("score_column")
+        )
         return opened.read(limit)
     readers = {"stsb_train": read_stsb_train, "sick_nli": read_sick_nli, "mrpc": read_mrpc}
     return readers[source.name](source.path)

@@ -26,6 +26,7 @@ from omegaconf import DictConfig
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.folder_lock import FolderLock, take_folder_lock
 from sentemb.common.metric_names import read_metric
+from sentemb.common.paths import absolute_data_paths
 from sentemb.runs.ddp_jobs import launch_ranks, needs_rank_launch, process_rank
 from sentemb.runs.job_files import job_log, save_hydra_files
 from sentemb.runs.job_outcome import recorded_job
@@ -124,6 +125,7 @@ def run_locked(cfg: DictConfig, hydra_cfg: DictConfig | None, train: Recipe, loc
         lock.claim()  # the lock file names this process: a second command is refused naming it
         for path in remove_partial_checkpoints(Path(checkpoint_dir(cfg.get("ckpt_path"), output_dir))):
             log.info("removed %s: a checkpoint write that never finished (its process was killed)", path)
+    absolute_data_paths(cfg.data)  # the saved config names the file read, not a path relative to where it ran
     if rank0 and not cfg.get("ddp_worker"):  # a sweep job's ranks run in the job's directory: the job wrote .hydra/
         save_hydra_files(cfg, hydra_cfg, output_dir)
     with job_log(output_dir, hydra_cfg):

@@ -18,7 +18,7 @@ from sentemb.common.errors import SentembConfigError
 from sentemb.common.hydra_plumbing import resolved_container
 from sentemb.common.metric_names import check_metric_name
 from sentemb.common.parts import lookup
-from sentemb.common.paths import resolve_data_root
+from sentemb.common.paths import absolute_data_paths, resolve_data_root
 from sentemb.data.corpus import HEAD_LINES, CorpusReport, check_corpus
 from sentemb.data.datamodule import check_batching, check_corpus_fills_batch, check_labelled_options
 from sentemb.data.labelled import LabelledSet, read_labelled
@@ -57,6 +57,7 @@ def prepare_run(cfg: DictConfig) -> CorpusReport | LabelledSet:
     # of this negatives part, its state (ESimCSE's queue) sound: the file as just read, not read and CRC-checked again
     check_resumed_negatives(cfg.get("ckpt_path"), cfg, resumed)
     cfg.paths.data_dir = str(resolve_data_root(cfg.paths.data_dir))
+    absolute_data_paths(cfg.data)
     if is_labelled(cfg.data):  # every row read and checked here, before any model loads
         streaming = bool(cfg.data.get("streaming"))
         check_labelled_options(streaming, {}, cfg.data.get("dup_rate", 0.0), cfg.data.get("source"))
