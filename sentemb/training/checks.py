@@ -104,7 +104,8 @@ def refuse_scored_loss(loss: Mapping[str, Any], why: str) -> None:
 def check_labelled_fit(cfg: DictConfig, labelled: LabelledSet, whole: bool = True) -> None:
     """The labelled rows against the run: one whole batch per device (`whole`: all rows were read, not a streamed
     file's head), a loss for their kind (scored pairs: a scored pair's loss; hard negatives: a loss with a negatives'
-    denominator), no view they cannot make."""
+    denominator), no view they cannot make, no setting they leave unused (data.score_range without scores,
+    loss.hard_negative_weight without hard negatives), and rows the loss can learn from (`check_learnable`)."""
     batch_size, world = cfg.data.get("batch_size"), processes(cfg.trainer)
     if whole and batch_size is not None and len(labelled) < batch_size * world:
         devices = f" on each of {world} devices" if world > 1 else ""
@@ -127,9 +128,7 @@ def check_labelled_fit(cfg: DictConfig, labelled: LabelledSet, whole: bool = Tru
         refuse_unscored_range(cfg.data.get("score_range"), labelled)
     if not labelled.hard_negatives:
         refuse_hard_negative_settings(loss, f"{labelled.source} ({', '.join(labelled.roles)})")
-    if whole:  # a streamed file's head alone may lack what its later rows hold (a file sorted by anchor)
-        check_learnable(loss, labelled, extra_negatives=bool(cfg.get("negatives")))
-    if labelled.hard_negatives:
+    else:
         refusal = negatives_refusal(loss)
         if refusal:
             raise SentembConfigError(
@@ -145,6 +144,8 @@ def check_labelled_fit(cfg: DictConfig, labelled: LabelledSet, whole: bool = Tru
         bool(data.get("streaming")), asked, data.get("dup_rate", 0.0), data.get("source"), data.get("columns"),
         data.get("score_range"),
     )  # fmt: skip
+    if whole:  # last: it reads every row; a streamed file's head alone may lack what its later rows hold (sorted)
+        check_learnable(loss, labelled, extra_negatives=bool(cfg.get("negatives")))
 
 
 def refuse_unscored_range(score_range: Any, labelled: LabelledSet) -> None:
