@@ -288,7 +288,7 @@ class LabelledDataModule(UnsupervisedTextDataModule):
         views: Mapping[str, Mapping[str, Any]] | None = None,
         dup_rate: float = 0.0,
     ) -> None:
-        check_labelled_options(streaming, views, dup_rate, source)
+        check_labelled_options(streaming, views, dup_rate, source, columns, score_range)
         super().__init__(
             path or "", tokenizer, batch_size, max_length, num_workers, shuffle, seed, streaming, shuffle_buffer
         )
@@ -335,10 +335,17 @@ class LabelledDataModule(UnsupervisedTextDataModule):
 
 
 def check_labelled_options(
-    streaming: bool, views: Mapping[str, Any] | None, dup_rate: float = 0.0, source: str | None = "file"
+    streaming: bool,
+    views: Mapping[str, Any] | None,
+    dup_rate: float = 0.0,
+    source: str | None = "file",
+    columns: Sequence[str] | None = None,
+    score_range: Sequence[float] | None = None,
 ) -> None:
     """What labelled data does not do: stream a built-in set (small, read whole), make a view a training part asks
-    for (SNCSE's negation), or repeat words into a positive (ESimCSE's data.dup_rate: the positive is labelled)."""
+    for (SNCSE's negation), repeat words into a positive (ESimCSE's data.dup_rate: the positive is labelled), or read
+    data.columns or data.score_range of a built-in set (`check_built_in_keys`)."""
+    check_built_in_keys(source or "file", columns, score_range)
     if dup_rate:
         raise SentembConfigError(
             f"data.dup_rate={dup_rate} with labelled data: ESimCSE's word repetition makes the positive of an "
@@ -354,4 +361,48 @@ def check_labelled_options(
         raise SentembConfigError(
             f"labelled data cannot make the {', '.join(sorted(views))} view a training part asks for (only "
             "unlabelled corpora make views: data=wiki). Fix: drop that part (auxiliary=null), or train it on data=wiki"
+        )
+
+
+# a built-in set's score scale, fixed by its reader (sentemb.data.labelled): the only data.score_range it takes
+BUILT_IN_SCORES = {"stsb_train": [0, 5]}
+
+
+def check_built_in_keys(source: str, columns: Sequence[str] | None, score_range: Sequence[float] | None) -> None:
+    """A built-in set (data=stsb_train, sick_nli, mrpc) is read by its own reader, which reads neither data.columns
+    nor data.score_range: a value it would ignore (stsb_train's [0,1] trained on 0-5) is refused, naming the key."""
+    if source in STREAMED_SOURCES:  # a file: its reader reads both
+        return
+    if columns is not None:
+        raise SentembConfigError(
+            f"data.columns={list(columns)} with data={source}: a built-in set's columns are fixed by its reader, which "
+            f"does not read data.columns. Fix: drop it (data.columns=null), or data=labelled data.path=<your file> "
+            "with those columns"
+        )
+    scale = BUILT_IN_SCORES.get(source)
+    given = None if score_range is None else list(score_range)
+    if given is not None and given != scale:
+        has = f"its scores are {scale[0]}-{scale[1]}, read on that scale" if scale else "it holds no scores"
+        keep = f"data.score_range={scale}".replace(" ", "") if scale else "data.score_range=null"
+        raise SentembConfigError(
+            f"data.score_range={given} with data={source}: {has}, and its reader does not read data.score_range. "
+            f"Fix: {keep}, or data=labelled data.path=<your scored file> data.score_range={given}"
+        )
+
+
+def check_data_fields(data: Mapping[str, Any], labelled: bool, option: str | None = None) -> None:
+    """Every data.<key> is one the datamodule takes: a labelled-only key (data.columns, data.score_range, data.source)
+    on one sentence per line, or data.corpus on labelled rows, would be a TypeError after the model loaded."""
+    import inspect
+
+    builds = LabelledDataModule if labelled else UnsupervisedTextDataModule
+    takes = set(inspect.signature(builds).parameters) - {"tokenizer", "views"}
+    stray = [str(key) for key in data if not str(key).startswith("_") and key not in takes]
+    if stray:
+        kind = "labelled rows" if labelled else "one sentence per line"
+        other = "one sentence per line (data=wiki)" if labelled else "labelled rows (data=labelled)"
+        raise SentembConfigError(
+            f"{', '.join(f'data.{key}' for key in stray)}: data={option or builds.__name__} reads {kind} and takes "
+            f"no such key (its keys: {', '.join(sorted(takes))}), so it would not be used. Fix: drop it "
+            f"({' '.join(f'~data.{key}' for key in stray)}), or data for {other} if it is one of its keys"
         )

@@ -73,6 +73,10 @@ class ModelConfig:
 
     @property
     def label(self) -> str:
+        """The model's name in messages: its name_or_path, unless only its tokenizer reads that (a backbone built
+        in-process from its options, model=tiny: MiniLM's tokenizer path would name a model that is not trained)."""
+        if "name_or_path" not in self.backbone.options and self.tokenizer.options.get("name_or_path"):
+            return f"{model_label(self.raw)} (model.backbone.name={self.backbone.name}, built in-process)"
         return str(self.raw.get("name_or_path") or model_label(self.raw))
 
     @classmethod

@@ -105,6 +105,9 @@ def normalize(z: torch.Tensor) -> torch.Tensor:
 
 
 CONVENTIONS = ("paper", "reference")
+# what a loss learns from (`Objective.learns_from`): the pre-run checks look for it in the rows (training/learnable.py)
+IN_BATCH_NEGATIVES = "in-batch negatives"  # another row's text that is not masked as a duplicate of the anchor's
+RANKED_SCORES = "scores to rank"  # two pairs of unequal scores: a ranking loss has no term without them
 
 
 class Objective(nn.Module):
@@ -129,6 +132,10 @@ class Objective(nn.Module):
     no_negatives: ClassVar[str | None] = "it declares no form with extra negatives (no_negatives is not None)"
     # why, where `reference` is overridden (the public code's own form) and `convention=reference` is chosen
     reference_no_negatives: ClassVar[str] = "the public code's computation, which that convention reproduces, has none"
+    # what the rows must hold for the loss to be other than 0 at every step: IN_BATCH_NEGATIVES, RANKED_SCORES or None
+    learns_from: ClassVar[str | None] = None
+    # the config fields that act on labelled hard negatives only (InfoNCE's hard_negative_weight): unused without them
+    hard_negative_fields: ClassVar[tuple[str, ...]] = ()
 
     def directional(self, h1: torch.Tensor, h2: torch.Tensor) -> LossOutput:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -162,6 +169,25 @@ class Objective(nn.Module):
             return f"loss={name} takes no extra negatives: {cls.no_negatives}."
         if config.get("convention", "paper") == "reference" and cls.reference is not Objective.reference:
             return f"loss={name} with loss.convention=reference takes no extra negatives: {cls.reference_no_negatives}."
+        return None
+
+    @classmethod
+    def learning_need(cls, config: Mapping[str, Any]) -> str | None:
+        """What the rows must hold for this loss, configured by `config`, to learn (`learns_from`); read from the class
+        and the config only. In-batch negatives are asked only where duplicates are masked out of them: a loss that
+        takes extra negatives (training/module.py's `masks_duplicates`); else a duplicate is scored as a negative."""
+        if cls.learns_from == IN_BATCH_NEGATIVES and cls.negatives_refusal(config) is not None:
+            return None
+        return cls.learns_from
+
+    @classmethod
+    def hard_negative_settings(cls, config: Mapping[str, Any], key: str = "loss") -> list[str]:
+        """`key.field=value` of each field of `config` acting on labelled hard negatives only and set (nonzero)."""
+        return [f"{key}.{name}={config[name]}" for name in cls.hard_negative_fields if config.get(name)]
+
+    @classmethod
+    def width_refusal(cls, width: int) -> str | None:
+        """Why this loss cannot take embeddings `width` wide (one clause), or None: any width by default."""
         return None
 
     def refuses_negatives(self) -> str | None:

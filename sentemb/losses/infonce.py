@@ -27,13 +27,15 @@ import torch.nn.functional as F
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.parts import part
-from sentemb.losses.base import LazyStats, LossOutput, Objective, require_finite, require_positive
+from sentemb.losses.base import IN_BATCH_NEGATIVES, LazyStats, LossOutput, Objective, require_finite, require_positive
 from sentemb.losses.geometry import negative_softmax, negatives_logsumexp, paradigm_stats
 
 
 @part("loss", "infonce")
 class InfoNCE(Objective):
     no_negatives = None
+    learns_from = IN_BATCH_NEGATIVES  # exactly 0 where every other candidate is masked as a duplicate
+    hard_negative_fields = ("hard_negative_weight",)
 
     def __init__(
         self, tau: float = 0.05, symmetric: bool = False, convention: str = "paper", hard_negative_weight: float = 0.0

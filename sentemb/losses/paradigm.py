@@ -41,6 +41,7 @@ import torch
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.parts import part
 from sentemb.losses.base import (
+    IN_BATCH_NEGATIVES,
     LazyStats,
     LossOutput,
     Objective,
@@ -74,6 +75,7 @@ DYNAMIC_RATIOS = ("arccon", "met")
 @part("loss", "paradigm")
 class Paradigm(Objective):
     no_negatives = None
+    learns_from = IN_BATCH_NEGATIVES  # exactly 0 where every other candidate is masked as a duplicate
     reference_no_negatives = (
         "the public code's sg loss sums both directions over the batch's square similarity matrices "
         "(each view's positive live in both), which has no counterpart with extra negatives"

@@ -61,3 +61,22 @@ def negatives_refusal(config: Mapping[str, Any]) -> str | None:
     if refusal is None:  # a registered loader function, not an Objective class
         return f"loss={name} takes no extra negatives: it does not declare them (no negatives_refusal)."
     return refusal(config)
+
+
+def learning_need(config: Mapping[str, Any]) -> str | None:
+    """What the rows must hold for the loss a config names to learn (`Objective.learning_need`: in-batch negatives,
+    scores to rank), or None; a registered loader function that is no Objective declares nothing."""
+    declared = getattr(lookup("loss", config.get("name")).build, "learning_need", None)
+    return None if declared is None else declared(config)
+
+
+def hard_negative_settings(config: Mapping[str, Any], key: str = "loss") -> list[str]:
+    """The loss config's settings that act on labelled hard negatives only and are set (`key.field=value` each)."""
+    declared = getattr(lookup("loss", config.get("name")).build, "hard_negative_settings", None)
+    return [] if declared is None else declared(config, key)
+
+
+def width_refusal(config: Mapping[str, Any], width: int) -> str | None:
+    """Why the loss a config names cannot take embeddings `width` wide (AnglE: an odd width), or None."""
+    declared = getattr(lookup("loss", config.get("name")).build, "width_refusal", None)
+    return None if declared is None else declared(width)

@@ -46,7 +46,15 @@ from typing import Any, ClassVar
 import torch
 
 from sentemb.common.parts import part
-from sentemb.losses.base import LazyStats, LossOutput, Objective, normalize, require_non_negative, require_positive
+from sentemb.losses.base import (
+    RANKED_SCORES,
+    LazyStats,
+    LossOutput,
+    Objective,
+    normalize,
+    require_non_negative,
+    require_positive,
+)
 
 
 class ScoredPairObjective(Objective):
@@ -133,6 +141,8 @@ def misordered_share(similarity: torch.Tensor, scores: torch.Tensor) -> float:
 
 @part("loss", "cosent")
 class CoSENT(ScoredPairObjective):
+    learns_from = RANKED_SCORES  # every term is a pair of pairs in strict order: none where all scores are equal
+
     def __init__(self, scale: float = 20.0) -> None:
         super().__init__()
         self.scale = require_positive("scale", scale, "20.0")  # λ = 1/τ: 20 is τ = 0.05
@@ -158,18 +168,24 @@ def angle_similarity(h1: torch.Tensor, h2: torch.Tensor) -> torch.Tensor:
 
 @part("loss", "angle")
 class AnglE(ScoredPairObjective):
+    learns_from = RANKED_SCORES  # CoSENT's ranking form (above)
+
     def __init__(self, scale: float = 20.0, cosine_weight: float = 0.0, angle_weight: float = 1.0) -> None:
         super().__init__()
         self.scale = require_positive("scale", scale, "20.0")  # the angle term's λ, and the cosine term's
         self.cosine_weight = require_non_negative("cosine_weight", cosine_weight, "0.0")  # 0: no L_cos
         self.angle_weight = require_non_negative("angle_weight", angle_weight, "1.0")
 
+    @classmethod
+    def width_refusal(cls, width: int) -> str | None:
+        if width % 2:
+            return f"AnglE splits each embedding into real and imaginary halves: D must be even, got D = {width}"
+        return None
+
     def check_width(self, z1: torch.Tensor) -> None:
-        if z1.shape[1] % 2:
-            raise ValueError(
-                f"AnglE splits each embedding into real and imaginary halves: D must be even, got D = {z1.shape[1]}. "
-                "Fix: a model or head with an even embedding width, or loss=cosent"
-            )
+        refusal = self.width_refusal(z1.shape[1])
+        if refusal:
+            raise ValueError(f"{refusal}. Fix: a model or head with an even embedding width, or loss=cosent")
 
     def scored(self, h1: torch.Tensor, h2: torch.Tensor, scores: torch.Tensor) -> LossOutput:
         angles = angle_similarity(h1, h2)
@@ -194,7 +210,8 @@ class AnglE(ScoredPairObjective):
 
 @part("loss", "cosine_mse")
 class CosineMSE(ScoredPairObjective):
-    """(1/N) Σ_i (c_i − s_i)²; a single pair (N = 1) is a regression target too, N = 0 gives 0."""
+    """(1/N) Σ_i (c_i − s_i)²; a single pair (N = 1) is a regression target too, N = 0 gives 0. Equal scores are
+    targets too (every cosine pulled to that score), so it learns from any scored rows (`learns_from` None)."""
 
     def scored(self, h1: torch.Tensor, h2: torch.Tensor, scores: torch.Tensor) -> LossOutput:
         cosines = pair_cosines(h1, h2)

@@ -32,7 +32,7 @@ import math
 import torch
 
 from sentemb.common.parts import part
-from sentemb.losses.base import LazyStats, LossOutput, Objective, require_finite
+from sentemb.losses.base import IN_BATCH_NEGATIVES, LazyStats, LossOutput, Objective, require_finite
 from sentemb.losses.geometry import (
     hardest_negative,
     has_negative,
@@ -50,6 +50,7 @@ REFERENCE_MET_EPS = 1e-4  # the public code's clamp_min(2 − 2s, 1e-4) before t
 @part("loss", "mpt")
 class MPT(Objective):
     no_negatives = None
+    learns_from = IN_BATCH_NEGATIVES  # exactly 0 where every other candidate is masked as a duplicate
 
     def __init__(self, m: float = 0.23, symmetric: bool = False, convention: str = "paper") -> None:
         super().__init__()
@@ -74,6 +75,7 @@ class DistanceTriplet(Objective):
     """max(0, d_ii − min_{j≠i} d_ij + margin) for a distance d of the cosine matrix; W = ∂d/∂s at the hardest."""
 
     no_negatives = None
+    learns_from = IN_BATCH_NEGATIVES  # exactly 0 where every other candidate is masked as a duplicate
 
     def distances(self, s: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -20,7 +20,12 @@ from sentemb.common.metric_names import check_metric_name
 from sentemb.common.parts import lookup
 from sentemb.common.paths import absolute_data_paths, resolve_data_root
 from sentemb.data.corpus import HEAD_LINES, CorpusReport, check_corpus
-from sentemb.data.datamodule import check_batching, check_corpus_fills_batch, check_labelled_options
+from sentemb.data.datamodule import (
+    check_batching,
+    check_corpus_fills_batch,
+    check_data_fields,
+    check_labelled_options,
+)
 from sentemb.data.labelled import LabelledSet, read_labelled
 from sentemb.data.repetition import check_dup_rate
 from sentemb.data.streaming import check_streaming
@@ -28,11 +33,12 @@ from sentemb.encoders.build import attach_head, check_length_fits
 from sentemb.encoders.models.backbones import check_model
 from sentemb.encoders.models.decoders import warn_without_dropout
 from sentemb.encoders.part_configs import EncoderConfig, build_part, checked_part
-from sentemb.losses.registry import negatives_refusal
+from sentemb.losses.registry import hard_negative_settings, negatives_refusal
 from sentemb.training import auxiliary, negatives
 from sentemb.training.callbacks import check_eval_settings
 from sentemb.training.checkpoints import check_checkpoint_path
 from sentemb.training.grad_cache import check_grad_cache
+from sentemb.training.learnable import check_learnable, check_loss_width
 from sentemb.training.module import check_warmup_ratio
 from sentemb.training.negatives.base import NEGATIVES_LOSSES, check_resumed_negatives
 from sentemb.training.sharding import check_sharding, devices_asked
@@ -60,12 +66,18 @@ def prepare_run(cfg: DictConfig) -> CorpusReport | LabelledSet:
     absolute_data_paths(cfg.data)
     if is_labelled(cfg.data):  # every row read and checked here, before any model loads
         streaming = bool(cfg.data.get("streaming"))
-        check_labelled_options(streaming, {}, cfg.data.get("dup_rate", 0.0), cfg.data.get("source"))
-        # streamed: the head here, every other row as the stream reads it (file and line named there)
-        labelled = read_labelled(resolved_container(cfg.data), HEAD_LINES if streaming else None)
-        check_labelled_fit(cfg, labelled, whole=not streaming or len(labelled) < HEAD_LINES)
+        data = resolved_container(cfg.data)
+        check_labelled_options(
+            streaming, {}, data.get("dup_rate", 0.0), data.get("source"), data.get("columns"), data.get("score_range")
+        )
+        # streamed: the head here (at least one batch a device, so a file shorter than that is known to be), every
+        # other row as the stream reads it (file and line named there)
+        head = max(HEAD_LINES, (cfg.data.get("batch_size") or 0) * processes(cfg.trainer)) if streaming else None
+        labelled = read_labelled(data, head)
+        check_labelled_fit(cfg, labelled, whole=head is None or len(labelled) < head)
         return labelled
     refuse_scored_loss(cfg.loss, "data.corpus: one sentence per line has no scores")
+    refuse_hard_negative_settings(resolved_container(cfg.loss), f"data.corpus={cfg.data.corpus}: one sentence per line")
     report = check_corpus(Path(cfg.data.corpus).expanduser(), streaming=bool(cfg.data.get("streaming")))
     check_corpus_fills_batch(report, cfg.data.get("batch_size"), processes(cfg.trainer))
     return report
@@ -93,13 +105,18 @@ def refuse_scored_loss(loss: Mapping[str, Any], why: str) -> None:
 def check_labelled_fit(cfg: DictConfig, labelled: LabelledSet, whole: bool = True) -> None:
     """The labelled rows against the run: one whole batch per device (`whole`: all rows were read, not a streamed
     file's head), a loss for their kind (scored pairs: a scored pair's loss; hard negatives: a loss with a negatives'
-    denominator), no view they cannot make."""
+    denominator), no view they cannot make, no setting they leave unused (data.score_range without scores,
+    loss.hard_negative_weight without hard negatives), and rows the loss can learn from (`check_learnable`)."""
     batch_size, world = cfg.data.get("batch_size"), processes(cfg.trainer)
     if whole and batch_size is not None and len(labelled) < batch_size * world:
         devices = f" on each of {world} devices" if world > 1 else ""
+        # a stream drops a partial batch: it would end before its first step, without a checkpoint
+        streamed = (
+            ", so the stream (data.streaming=true) has no whole batch to train on" if cfg.data.get("streaming") else ""
+        )
         raise SentembConfigError(
             f"{labelled.source}: {len(labelled)} labelled rows, fewer than one batch of data.batch_size={batch_size}"
-            f"{devices}. Fix: a smaller data.batch_size, or more rows"
+            f"{devices}{streamed}. Fix: a smaller data.batch_size, or more rows"
         )
     loss = resolved_container(cfg.loss)
     if labelled.scores is not None and not takes_scores(loss):
@@ -109,7 +126,10 @@ def check_labelled_fit(cfg: DictConfig, labelled: LabelledSet, whole: bool = Tru
         )
     if labelled.scores is None:
         refuse_scored_loss(loss, f"{labelled.source} holds no scores ({', '.join(labelled.roles)})")
-    if labelled.hard_negatives:
+        refuse_unscored_range(cfg.data.get("score_range"), labelled)
+    if not labelled.hard_negatives:
+        refuse_hard_negative_settings(loss, f"{labelled.source} ({', '.join(labelled.roles)})")
+    else:
         refusal = negatives_refusal(loss)
         if refusal:
             raise SentembConfigError(
@@ -120,9 +140,35 @@ def check_labelled_fit(cfg: DictConfig, labelled: LabelledSet, whole: bool = Tru
     asked = {}
     if cfg.get("auxiliary"):
         asked = build_part("auxiliary", resolved_container(cfg.auxiliary)).data_views()
+    data = resolved_container(cfg.data)
     check_labelled_options(
-        bool(cfg.data.get("streaming")), asked, cfg.data.get("dup_rate", 0.0), cfg.data.get("source")
-    )
+        bool(data.get("streaming")), asked, data.get("dup_rate", 0.0), data.get("source"), data.get("columns"),
+        data.get("score_range"),
+    )  # fmt: skip
+    if whole:  # last: it reads every row; a streamed file's head alone may lack what its later rows hold (sorted)
+        check_learnable(loss, labelled, extra_negatives=bool(cfg.get("negatives")))
+
+
+def refuse_unscored_range(score_range: Any, labelled: LabelledSet) -> None:
+    """data.score_range scales a score column: set on rows without one it would be ignored."""
+    if score_range is not None:
+        raise SentembConfigError(
+            f"data.score_range={list(score_range)} is set, but {labelled.source} holds no score column (its views: "
+            f"{', '.join(labelled.roles)}), so nothing would read it. Fix: data.score_range=null, or a file with a "
+            "score column named score or label"
+        )
+
+
+def refuse_hard_negative_settings(loss: Mapping[str, Any], data: str) -> None:
+    """A loss setting that acts on labelled hard negatives only (InfoNCE's hard_negative_weight), set on data that has
+    none (`data`: what it is), would change nothing."""
+    settings = hard_negative_settings(loss)
+    if settings:
+        unset = " ".join(f"{setting.split('=')[0]}=0" for setting in settings)
+        raise SentembConfigError(
+            f"{', '.join(settings)} weighs labelled hard negatives, but {data} has none, so it would change nothing. "
+            f"Fix: {unset}, or data with a hard-negative column (anchor,positive,negative)"
+        )
 
 
 def processes(trainer: Mapping[str, Any]) -> int:
@@ -157,11 +203,13 @@ def check_parts(cfg: DictConfig) -> None:
     parts = EncoderConfig.checked(cfg.model, cfg.pooling, cfg.get("head"), cfg.get("adapter"))
     heads = parts.pooling.options.get("num_heads")  # the latent pooling's heads must divide the width: a toy width
     toy = TOY_SIZE * heads if isinstance(heads, int) and not isinstance(heads, bool) and heads > 0 else TOY_SIZE
-    pooling = parts.pooling.build(hidden_size=toy)  # template, MLP options
+    pooling, head = parts.pooling.build(hidden_size=toy), None  # template, MLP options
     if parts.head is not None:  # the head's own options, then whether the pooling accepts it
         head = parts.head.build(hidden_size=toy, special_ids=[])
         attach_head(pooling, head)
         head.check_sources()  # a model the head loads at fit start is there
+    # a width the loss cannot take (AnglE: odd, SARCSE's 1497) would fail at the first step
+    check_loss_width(resolved_container(cfg.loss), resolved_container(cfg.model), head, getattr(parts.head, "name", ""))
     if parts.model.decoder and (parts.head is None or parts.head.options.get("contrastive", True)):
         warn_without_dropout(parts.model.raw)  # MNTP alone trains without dropout on purpose
     # every size before anything uses one: `data.batch_size=abc` is named here, not met by a comparison's TypeError
@@ -171,6 +219,7 @@ def check_parts(cfg: DictConfig) -> None:
         cfg.eval.get("every_n_steps", 125), cfg.eval.get("batch_size", 128), cfg.eval.get("at_start", True)
     )
     check_grad_cache(cfg.get("grad_cache"), cfg.data.batch_size)
+    check_data_fields(cfg.data, is_labelled(cfg.data), choices.get("data"))  # a key the datamodule would not take
     check_dup_rate(cfg.data.get("dup_rate", 0.0))
     check_seed(cfg.get("seed"))
     if "seed" in cfg.data:  # the shuffle's own generator: ${seed} unless set apart
