@@ -20,7 +20,7 @@ word repetition (data.dup_rate); soft negatives are the negations of the batch's
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,34 +30,10 @@ from datasets import load_dataset
 from torch.utils.data import IterableDataset
 from transformers import PreTrainedTokenizerBase
 
-from sentemb.common.errors import SentembConfigError
 from sentemb.data.corpus import undecodable_line_error
 from sentemb.data.labelled import SCORES, TEXT_IDS, LabelledFile, LabelledSet, encode_labelled, labelled_roles
+from sentemb.data.streaming_checks import check_streaming  # noqa: F401 - importable here as before
 from sentemb.data.views import SoftNegatives, encode_views
-
-
-def check_streaming(data: Mapping[str, Any], trainer: Mapping[str, Any]) -> None:
-    """data.streaming=true needs the run's length up front and reads in the training process."""
-    if not data.get("streaming"):
-        return
-    max_steps = trainer.get("max_steps")
-    if max_steps is None or max_steps <= 0:
-        raise SentembConfigError(
-            f"data.streaming=true needs trainer.max_steps (the LR schedule's length: a stream has no length to "
-            f"count), but trainer.max_steps={max_steps}. Fix: pass trainer.max_steps=N"
-        )
-    if data.get("num_workers"):
-        raise SentembConfigError(
-            f"data.streaming=true reads and tokenises in the training process (about a millisecond a batch; each "
-            f"worker would read the whole stream), but data.num_workers={data.get('num_workers')}. "
-            "Fix: pass data.num_workers=0"
-        )
-    buffer = data.get("shuffle_buffer")
-    if data.get("shuffle", True) and (buffer is None or buffer < 1):
-        raise SentembConfigError(
-            f"data.shuffle_buffer={buffer}: a shuffled stream needs a buffer of >= 1 lines. "
-            "Fix: pass data.shuffle_buffer=10000, or data.shuffle=false to read the file in order"
-        )
 
 
 @dataclass(frozen=True)

@@ -27,13 +27,11 @@ from __future__ import annotations
 
 import math
 import statistics
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from sentemb.common.errors import SentembConfigError
@@ -52,6 +50,7 @@ from sentemb.runs.jobs import current_hydra, job_overrides, override_key
 from sentemb.runs.optuna_study import optuna_report
 from sentemb.runs.record import RECORD_NAME, STATUSES, read_records
 from sentemb.runs.seed_tests import TESTS_NAME, seed_tests, tests_note, versus_best
+from sentemb.runs.sweep_callback import SweepReportCallback  # noqa: F401 - importable here as before
 from sentemb.runs.sweep_figures import four_digits, grid_figures, readable
 
 
@@ -264,22 +263,6 @@ def log_to_wandb(result: dict[str, Any], project: str, group: str, directory: Pa
     run.log({f"sweep/{png.stem}": wandb.Image(str(png)) for png in result["figures"]})
     run.summary["sweep/markdown"] = result["markdown"]
     run.finish()
-
-
-class SweepReportCallback(Callback):
-    """Hydra callback: the report (and its W&B run) at the end of every multirun."""
-
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep_dir = Path(str(config.hydra.sweep.dir))
-        try:
-            result = write_report(sweep_dir)
-        except SentembConfigError as err:  # e.g. every job failed before writing anything
-            print(f"sentemb: no sweep report: {err}", file=sys.stderr)
-            return
-        print(f"\n{result['markdown']}\n(sweep report in {sweep_dir})")
-        wandb_cfg = (config.get("logger") or {}).get("wandb")
-        if wandb_cfg:
-            log_to_wandb(result, str(wandb_cfg.project), str(config.get("sweep_name") or sweep_dir.name), sweep_dir)
 
 
 def sqlite_storage(directory: str) -> str:

@@ -37,17 +37,12 @@ from sentemb.eval.cache import EmbeddingCache
 from sentemb.eval.held_out import HeldOutTasks
 from sentemb.eval.scorable import UndefinedScore
 from sentemb.eval.sts import SICK_FILES, SentencePairs, STSBenchmark, correlations, load_sts_task, pairwise_cosine
+from sentemb.training.callback_checks import check_every_n_steps  # noqa: F401 - importable here as before
 
 log = logging.getLogger(__name__)
 
 # the STS task each dev set is a split of (its cosines' entry in similarities.npz: `<task>/dev`)
 DEV_TASKS = {STSB_DEV: "STSBenchmark", SICKR_DEV: "SICKRelatedness"}
-
-
-def check_every_n_steps(every_n_steps: int) -> None:
-    """eval.every_n_steps: the dev evaluation's interval, >= 1."""
-    if every_n_steps < 1:
-        raise SentembConfigError(f"eval.every_n_steps={every_n_steps} must be >= 1, e.g. eval.every_n_steps=125")
 
 
 def read_sickr_dev(senteval_dir: Path) -> SentencePairs:

@@ -2,7 +2,11 @@
 
 Each check lives beside the code it guards (the loss's and pooling's constructors, the pooling's
 `with_head`, the backbone's `check_model`, GradCache's `check_grad_cache`, the Trainer's `check_devices`, ...);
-this only calls them in order.
+this only calls them in order. The options that name no part and the data files are checked first, before torch,
+lightning and transformers are imported (their modules' torch-free checks: `*_checks.py` beside them), so a config
+or data error is answered in about a second; the checks that build toy parts (a loss's constructor refusing
+loss.tau=0, a pooling's, a head's), look up the parts registry (whose modules define torch classes), ask torch for
+devices or the hub for a model come after, importing torch where they are called.
 """
 
 from __future__ import annotations
@@ -20,23 +24,12 @@ from sentemb.common.metric_names import check_metric_name
 from sentemb.common.parts import lookup
 from sentemb.common.paths import resolve_data_root
 from sentemb.data.corpus import HEAD_LINES, CorpusReport, check_corpus
-from sentemb.data.datamodule import check_batching, check_corpus_fills_batch, check_labelled_options
+from sentemb.data.datamodule_checks import check_batching, check_corpus_fills_batch, check_labelled_options
 from sentemb.data.labelled import LabelledSet, read_labelled
 from sentemb.data.repetition import check_dup_rate
-from sentemb.data.streaming import check_streaming
-from sentemb.encoders.build import attach_head, check_length_fits
-from sentemb.encoders.models.backbones import check_model
-from sentemb.encoders.models.decoders import warn_without_dropout
-from sentemb.encoders.part_configs import EncoderConfig, build_part, checked_part
-from sentemb.losses.registry import negatives_refusal
-from sentemb.training import auxiliary, negatives
-from sentemb.training.callbacks import check_every_n_steps
-from sentemb.training.checkpoints import check_checkpoint_path
-from sentemb.training.grad_cache import check_grad_cache
-from sentemb.training.module import check_warmup_ratio
-from sentemb.training.negatives.base import NEGATIVES_LOSSES, check_resumed_negatives
-from sentemb.training.sharding import check_sharding, devices_asked
-from sentemb.training.trainer import check_devices
+from sentemb.data.streaming_checks import check_streaming
+from sentemb.training.callback_checks import check_every_n_steps
+from sentemb.training.sharding_checks import devices_asked
 
 MAX_SEED = 2**32 - 1  # numpy's (Lightning's seed_everything seeds it too)
 TOY_SIZE = 8  # poolings and heads are built at this width to run their constructors' checks in milliseconds
@@ -48,7 +41,15 @@ def prepare_run(cfg: DictConfig) -> CorpusReport | LabelledSet:
     Fills in `paths.data_dir` with the data root actually found, so the logged config says
     where the data came from.
     """
-    check_parts(cfg)
+    check_options(cfg)  # torch-free, as is `read_data`: answered before torch and lightning are imported
+    data = read_data(cfg)
+    check_built_parts(cfg)  # the parts' own constructors (torch's modules) from here on
+    from sentemb.encoders.build import check_length_fits
+    from sentemb.encoders.models.backbones import check_model
+    from sentemb.training.checkpoints import check_checkpoint_path
+    from sentemb.training.negatives.base import check_resumed_negatives
+    from sentemb.training.trainer import check_devices
+
     check_devices(cfg.trainer)  # trainer=gpu without a GPU: here, not after the model loaded
     check_model(cfg.model)  # an unreachable hub fails here, in seconds
     # a long sentence past the position embeddings would stop training with an IndexError at some later step
@@ -56,18 +57,31 @@ def prepare_run(cfg: DictConfig) -> CorpusReport | LabelledSet:
     resumed = check_checkpoint_path(cfg.get("ckpt_path"), cfg)  # whole, a sentemb checkpoint, of this model
     # of this negatives part, its state (ESimCSE's queue) sound: the file as just read, not read and CRC-checked again
     check_resumed_negatives(cfg.get("ckpt_path"), cfg, resumed)
+    if isinstance(data, LabelledSet):  # the rows against the loss and step parts (the registry's: torch)
+        check_labelled_fit(cfg, data, whole=read_whole(cfg, data))
+    else:
+        refuse_scored_loss(cfg.loss, "data.corpus: one sentence per line has no scores")
+    return data
+
+
+def read_data(cfg: DictConfig) -> CorpusReport | LabelledSet:
+    """The data `cfg.data` names, read and checked against the batch (torch-free); sets `paths.data_dir`."""
     cfg.paths.data_dir = str(resolve_data_root(cfg.paths.data_dir))
     if is_labelled(cfg.data):  # every row read and checked here, before any model loads
         streaming = bool(cfg.data.get("streaming"))
         check_labelled_options(streaming, {}, cfg.data.get("dup_rate", 0.0), cfg.data.get("source"))
         # streamed: the head here, every other row as the stream reads it (file and line named there)
         labelled = read_labelled(resolved_container(cfg.data), HEAD_LINES if streaming else None)
-        check_labelled_fit(cfg, labelled, whole=not streaming or len(labelled) < HEAD_LINES)
+        check_labelled_batch(cfg, labelled, whole=read_whole(cfg, labelled))
         return labelled
-    refuse_scored_loss(cfg.loss, "data.corpus: one sentence per line has no scores")
     report = check_corpus(Path(cfg.data.corpus).expanduser(), streaming=bool(cfg.data.get("streaming")))
     check_corpus_fills_batch(report, cfg.data.get("batch_size"), processes(cfg.trainer))
     return report
+
+
+def read_whole(cfg: DictConfig, labelled: LabelledSet) -> bool:
+    """Whether `labelled` holds every row of its file: not streamed, or a streamed file shorter than its head."""
+    return not cfg.data.get("streaming") or len(labelled) < HEAD_LINES
 
 
 def is_labelled(data: Mapping[str, Any]) -> bool:
@@ -93,13 +107,11 @@ def check_labelled_fit(cfg: DictConfig, labelled: LabelledSet, whole: bool = Tru
     """The labelled rows against the run: one whole batch per device (`whole`: all rows were read, not a streamed
     file's head), a loss for their kind (scored pairs: a scored pair's loss; hard negatives: a loss with a negatives'
     denominator), no view they cannot make."""
-    batch_size, world = cfg.data.get("batch_size"), processes(cfg.trainer)
-    if whole and batch_size is not None and len(labelled) < batch_size * world:
-        devices = f" on each of {world} devices" if world > 1 else ""
-        raise SentembConfigError(
-            f"{labelled.source}: {len(labelled)} labelled rows, fewer than one batch of data.batch_size={batch_size}"
-            f"{devices}. Fix: a smaller data.batch_size, or more rows"
-        )
+    from sentemb.encoders.part_configs import build_part
+    from sentemb.losses.registry import negatives_refusal
+    from sentemb.training.negatives.base import NEGATIVES_LOSSES
+
+    check_labelled_batch(cfg, labelled, whole)
     loss = resolved_container(cfg.loss)
     if labelled.scores is not None and not takes_scores(loss):
         raise SentembConfigError(
@@ -124,6 +136,17 @@ def check_labelled_fit(cfg: DictConfig, labelled: LabelledSet, whole: bool = Tru
     )
 
 
+def check_labelled_batch(cfg: DictConfig, labelled: LabelledSet, whole: bool = True) -> None:
+    """One whole batch of labelled rows per device (`whole`: all rows were read, not a streamed file's head)."""
+    batch_size, world = cfg.data.get("batch_size"), processes(cfg.trainer)
+    if whole and batch_size is not None and len(labelled) < batch_size * world:
+        devices = f" on each of {world} devices" if world > 1 else ""
+        raise SentembConfigError(
+            f"{labelled.source}: {len(labelled)} labelled rows, fewer than one batch of data.batch_size={batch_size}"
+            f"{devices}. Fix: a smaller data.batch_size, or more rows"
+        )
+
+
 def processes(trainer: Mapping[str, Any]) -> int:
     """The data-parallel processes a trainer config asks for, each with its own data.batch_size; 1 where only
     Lightning knows (trainer.devices=auto or -1): a lower bound, so no corpus is refused that might suffice."""
@@ -142,6 +165,28 @@ def check_seed(value: Any, key: str = "seed") -> None:
 
 def check_parts(cfg: DictConfig) -> None:
     """The checks that read no file and no network: the loss, pooling and head options, batching, GradCache, eval."""
+    check_options(cfg)
+    check_built_parts(cfg)
+
+
+def check_options(cfg: DictConfig) -> None:
+    """The options that name no part (batching, seeds, streaming, eval, the optimized metric): torch-free."""
+    check_batching(cfg.data.get("batch_size"), cfg.data.get("max_length"))
+    check_dup_rate(cfg.data.get("dup_rate", 0.0))
+    check_every_n_steps(cfg.eval.every_n_steps)
+    check_seed(cfg.get("seed"))
+    if "seed" in cfg.data:  # the shuffle's own generator: ${seed} unless set apart
+        check_seed(cfg.data.seed, "data.seed")
+    check_streaming(cfg.data, cfg.trainer)
+    if cfg.get("optimized_metric"):  # a typo would otherwise surface only when the job ends
+        check_metric_name(cfg.optimized_metric)
+
+
+def check_built_parts(cfg: DictConfig) -> None:
+    """The parts built from their configs (toys: the loss, pooling and head constructors' own checks), GradCache,
+    sharding, the step parts and the schedule: these import torch (the parts' modules define torch classes)."""
+    from sentemb.encoders.part_configs import EncoderConfig, checked_part
+
     if not cfg.get("loss"):
         raise SentembConfigError("loss: no objective configured. Fix: pick one, e.g. loss=infonce")
     choices = OmegaConf.select(cfg, "hydra.runtime.choices") or {}
@@ -152,6 +197,12 @@ def check_parts(cfg: DictConfig) -> None:
             check_fields(cfg[group], group, checked_part(group, cfg[group]).entry.build, choices.get(group))
     check_fields(cfg.loss, "loss", loss.entry.build, choices.get("loss"))
     loss.build()  # each objective validates its own hyper-parameters (e.g. τ > 0)
+    from sentemb.encoders.build import attach_head  # lightning and transformers: after the loss's own checks
+    from sentemb.encoders.models.decoders import warn_without_dropout
+    from sentemb.training.grad_cache import check_grad_cache
+    from sentemb.training.module import check_warmup_ratio
+    from sentemb.training.sharding import check_sharding
+
     # every part registered with plain options, the pooling and head fit the backbone, adapter and model options
     parts = EncoderConfig.checked(cfg.model, cfg.pooling, cfg.get("head"), cfg.get("adapter"))
     heads = parts.pooling.options.get("num_heads")  # the latent pooling's heads must divide the width: a toy width
@@ -164,22 +215,17 @@ def check_parts(cfg: DictConfig) -> None:
     if parts.model.decoder and (parts.head is None or parts.head.options.get("contrastive", True)):
         warn_without_dropout(parts.model.raw)  # MNTP alone trains without dropout on purpose
     check_grad_cache(cfg.get("grad_cache"), cfg.data.batch_size)
-    check_batching(cfg.data.get("batch_size"), cfg.data.get("max_length"))
-    check_dup_rate(cfg.data.get("dup_rate", 0.0))
-    check_every_n_steps(cfg.eval.every_n_steps)
-    check_seed(cfg.get("seed"))
-    if "seed" in cfg.data:  # the shuffle's own generator: ${seed} unless set apart
-        check_seed(cfg.data.seed, "data.seed")
-    check_streaming(cfg.data, cfg.trainer)
     check_sharding(cfg)  # trainer=fsdp: several processes, a precision FSDP2 takes
     check_step_parts(cfg)
     check_warmup_ratio(resolved_container(cfg.get("scheduler")))
-    if cfg.get("optimized_metric"):  # a typo would otherwise surface only when the job ends
-        check_metric_name(cfg.optimized_metric)
 
 
 # the part kinds a step adds to the encoder and loss (training/module.py), each with the base its parts subclass
-STEP_PARTS = {"negatives": negatives.NegativesPart, "auxiliary": auxiliary.AuxiliaryTerm}
+# (by dotted path: both are torch modules, imported when a step part is checked)
+STEP_PARTS = {
+    "negatives": "sentemb.training.negatives.NegativesPart",
+    "auxiliary": "sentemb.training.auxiliary.AuxiliaryTerm",
+}
 
 
 def check_step_parts(cfg: DictConfig) -> None:
@@ -190,8 +236,13 @@ def check_step_parts(cfg: DictConfig) -> None:
     parts = {key: resolved_container(cfg.get(key)) for key in (*STEP_PARTS, "loss", "pooling", "adapter", "model")}
     trainer = {key: resolved_container(cfg.trainer.get(key)) for key in ("strategy", "devices")}
     run = {**parts, "trainer": trainer, "data": {"batch_size": cfg.data.get("batch_size")}}
-    for kind, base in STEP_PARTS.items():
+    from hydra.utils import get_class
+
+    from sentemb.encoders.part_configs import build_part
+
+    for kind, path in STEP_PARTS.items():
         if parts[kind]:
+            base = get_class(path)
             built = build_part(kind, parts[kind])
             if not isinstance(built, base):
                 raise SentembConfigError(
