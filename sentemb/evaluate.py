@@ -14,14 +14,16 @@ from sentemb.common.command_line import checked_command_line
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.paths import CONF_DIR
 from sentemb.common.process import configure_process
-from sentemb.encoders.models.backbones import check_model
-from sentemb.eval.suite import evaluate
 
 
 @checked_command_line  # an unquoted non-ASCII override: named with its fix, before Hydra's lexer
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="eval")
 def main(cfg: DictConfig) -> None:
     configure_process()
+    # torch and transformers once the config composed: Hydra's errors (a mistyped key) are answered without them
+    from sentemb.encoders.models.backbones import check_model
+    from sentemb.eval.suite import evaluate
+
     try:
         if not cfg.get("checkpoint"):  # model= with pooling=: a mistyped folder is named before anything loads
             check_model(cfg.model)
