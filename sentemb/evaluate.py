@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -16,13 +17,19 @@ from sentemb.common.paths import CONF_DIR
 from sentemb.common.process import configure_process
 
 
+def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
+    """sentemb.eval.suite's `evaluate`, imported when called: torch loads once Hydra has composed the config."""
+    from sentemb.eval.suite import evaluate as run_suite
+
+    return run_suite(cfg, output_dir)
+
+
 @checked_command_line  # an unquoted non-ASCII override: named with its fix, before Hydra's lexer
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="eval")
 def main(cfg: DictConfig) -> None:
     configure_process()
-    # torch and transformers once the config composed: Hydra's errors (a mistyped key) are answered without them
+    # transformers once the config composed: Hydra's errors (a mistyped key) are answered without it
     from sentemb.encoders.models.backbones import check_model
-    from sentemb.eval.suite import evaluate
 
     try:
         if not cfg.get("checkpoint"):  # model= with pooling=: a mistyped folder is named before anything loads

@@ -81,10 +81,10 @@ def test_a_mistyped_evaluate_key_is_answered_without_torch(tmp_path):
 
 @pytest.mark.parametrize("tau", ["0", "-0.05"])
 def test_tau_not_above_zero_is_answered_without_lightning(tmp_path, tau):
-    """The loss's own constructor refuses it (an nn.Module: torch is imported), before lightning and before any model
-    or data is loaded."""
+    """The loss's own constructor refuses it: an nn.Module, so torch is imported (the one check here that needs it),
+    but neither lightning nor transformers, and no model."""
     done, seconds, imported = run_command("train", [f"loss.tau={tau}"], tmp_path)
     print(f"sentemb.train loss.tau={tau}: answered in {seconds:.2f} s")
     assert done.returncode != 0
     assert f"loss.tau={tau} must be a number > 0" in done.stderr
-    assert "lightning" not in imported
+    assert not imported & {"lightning", "transformers"}, sorted(imported & {"lightning", "transformers"})

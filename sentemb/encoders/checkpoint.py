@@ -19,7 +19,6 @@ import torch
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.file_values import Shape, checked
 from sentemb.common.parts import KINDS, named_by_path, unknown_part
-from sentemb.encoders.models.model_files import check_declared_sizes
 
 # types beyond torch's weights-only set that sentemb checkpoints hold: none (rng_states keeps numpy's state as tensors)
 SAFE_GLOBALS: list[Any] = []
@@ -175,6 +174,8 @@ def check_stored_sizes(checkpoint: dict[str, Any], named: str = "checkpoint") ->
     hidden_size, ...) within what its backbone weights hold, checked before a model of those sizes is built from it
     (`encoders.build.encoder_from_checkpoint`); an adapter checkpoint holds no base weights to compare (its base is
     rebuilt, its sizes bounded as any model's)."""
+    from sentemb.encoders.models.model_files import check_declared_sizes  # the model loaders' package: transformers
+
     model = checkpoint["hyper_parameters"]["model"]
     backbone = current_part("model.backbone", model.get("backbone") or {})
     if "base_model" in checkpoint or not isinstance(backbone, dict):

@@ -19,8 +19,8 @@ Numbers people read (`sweep.md`, the figures, `best_overrides.txt`) have 4 signi
 Optuna sample included (0.3075, not 0.30745401188473626); `sweep.csv` and `from_sweep=<dir>`, which
 reads the records again, keep the exact values, so the winner is retrained as it ran.
 
-It also runs by itself at the end of every multirun (`SweepReportCallback`, a Hydra callback in
-conf/train.yaml) and logs its table and figures to W&B, in the sweep's group.
+It also runs by itself at the end of every multirun (`SweepReportCallback` of sentemb.runs.sweep_callback, a Hydra
+callback in conf/train.yaml) and logs its table and figures to W&B, in the sweep's group.
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ from sentemb.runs.jobs import current_hydra, job_overrides, override_key
 from sentemb.runs.optuna_study import optuna_report
 from sentemb.runs.record import RECORD_NAME, STATUSES, read_records
 from sentemb.runs.seed_tests import TESTS_NAME, seed_tests, tests_note, versus_best
-from sentemb.runs.sweep_callback import SweepReportCallback  # noqa: F401 - importable here as before
 from sentemb.runs.sweep_figures import four_digits, grid_figures, readable
 
 

@@ -192,11 +192,11 @@ def check_built_parts(cfg: DictConfig) -> None:
     choices = OmegaConf.select(cfg, "hydra.runtime.choices") or {}
     loss = checked_part("loss", cfg.loss)
     # a stray field (a sweep's loss.m on InfoNCE) named before the constructor's TypeError
-    for group in ("pooling", "head"):
+    check_fields(cfg.loss, "loss", loss.entry.build, choices.get("loss"))
+    loss.build()  # each objective validates its own hyper-parameters (e.g. τ > 0); torch alone is imported so far
+    for group in ("pooling", "head"):  # their packages import transformers
         if cfg.get(group):
             check_fields(cfg[group], group, checked_part(group, cfg[group]).entry.build, choices.get(group))
-    check_fields(cfg.loss, "loss", loss.entry.build, choices.get("loss"))
-    loss.build()  # each objective validates its own hyper-parameters (e.g. τ > 0)
     from sentemb.encoders.build import attach_head  # lightning and transformers: after the loss's own checks
     from sentemb.encoders.models.decoders import warn_without_dropout
     from sentemb.training.grad_cache import check_grad_cache
