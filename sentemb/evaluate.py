@@ -15,6 +15,7 @@ from sentemb.common.command_line import checked_command_line
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.paths import CONF_DIR
 from sentemb.common.process import configure_process
+from sentemb.encoders.checkpoint import check_checkpoint_file
 
 
 def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
@@ -28,11 +29,12 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="eval")
 def main(cfg: DictConfig) -> None:
     configure_process()
-    # transformers once the config composed: Hydra's errors (a mistyped key) are answered without it
-    from sentemb.encoders.models.backbones import check_model
-
     try:
-        if not cfg.get("checkpoint"):  # model= with pooling=: a mistyped folder is named before anything loads
+        if cfg.get("checkpoint"):  # a missing or non-checkpoint file named before torch is imported
+            check_checkpoint_file(cfg.checkpoint, "checkpoint")
+        else:  # model= with pooling=: a mistyped folder is named before anything loads
+            from sentemb.encoders.models.backbones import check_model  # transformers: once the config composed
+
             check_model(cfg.model)
         evaluate(cfg, Path(HydraConfig.get().runtime.output_dir))
     except SentembConfigError as err:

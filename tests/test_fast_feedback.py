@@ -88,3 +88,9 @@ def test_tau_not_above_zero_is_answered_without_lightning(tmp_path, tau):
     assert done.returncode != 0
     assert f"loss.tau={tau} must be a number > 0" in done.stderr
     assert not imported & {"lightning", "transformers"}, sorted(imported & {"lightning", "transformers"})
+
+
+def test_a_missing_evaluate_checkpoint_is_answered_without_torch(tmp_path):
+    missing = tmp_path / "best.ckpt"
+    expected = f"checkpoint={missing}: no such checkpoint file"
+    assert_fast_refusal("evaluate", [f"checkpoint={missing}"], tmp_path, expected)
