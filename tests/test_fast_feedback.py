@@ -94,3 +94,13 @@ def test_a_missing_evaluate_checkpoint_is_answered_without_torch(tmp_path):
     missing = tmp_path / "best.ckpt"
     expected = f"checkpoint={missing}: no such checkpoint file"
     assert_fast_refusal("evaluate", [f"checkpoint={missing}"], tmp_path, expected)
+
+
+def test_a_mistyped_export_key_is_answered_without_torch(tmp_path):
+    assert_fast_refusal("export", ["outt=folder"], tmp_path, "Key 'outt' is not in struct")
+
+
+def test_a_missing_export_checkpoint_is_answered_without_torch(tmp_path):
+    missing = tmp_path / "best.ckpt"
+    expected = f"checkpoint={missing}: no such checkpoint file"
+    assert_fast_refusal("export", [f"checkpoint={missing}", f"out={tmp_path / 'out'}"], tmp_path, expected)

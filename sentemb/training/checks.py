@@ -42,7 +42,8 @@ def prepare_run(cfg: DictConfig) -> CorpusReport | LabelledSet:
     where the data came from.
     """
     check_options(cfg)  # torch-free, as is `read_data`: answered before torch and lightning are imported
-    data = read_data(cfg)
+    # a run resumed from ckpt_path: its checkpoint checked against this config (with torch) before the corpus is read
+    data = None if cfg.get("ckpt_path") else read_data(cfg)
     check_built_parts(cfg)  # the parts' own constructors (torch's modules) from here on
     from sentemb.encoders.build import check_length_fits
     from sentemb.encoders.models.backbones import check_model
@@ -57,6 +58,8 @@ def prepare_run(cfg: DictConfig) -> CorpusReport | LabelledSet:
     resumed = check_checkpoint_path(cfg.get("ckpt_path"), cfg)  # whole, a sentemb checkpoint, of this model
     # of this negatives part, its state (ESimCSE's queue) sound: the file as just read, not read and CRC-checked again
     check_resumed_negatives(cfg.get("ckpt_path"), cfg, resumed)
+    if data is None:
+        data = read_data(cfg)
     if isinstance(data, LabelledSet):  # the rows against the loss and step parts (the registry's: torch)
         check_labelled_fit(cfg, data, whole=read_whole(cfg, data))
     else:
