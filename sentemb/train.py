@@ -18,6 +18,7 @@ import hydra
 from omegaconf import DictConfig
 
 from sentemb.common.command_line import checked_command_line
+from sentemb.common.hydra_plumbing import instantiate_checked, resolved_container
 from sentemb.common.paths import CONF_DIR
 from sentemb.common.process import configure_process
 from sentemb.training.checks import prepare_run
@@ -36,7 +37,6 @@ def train(cfg: DictConfig, before_build: Callable[[DictConfig], None] | None = N
     import lightning as L
     from hydra.utils import instantiate
 
-    from sentemb.common.hydra_plumbing import instantiate_checked, resolved_container
     from sentemb.data.labelled import in_domain_note
     from sentemb.encoders.build import check_loaded_length
     from sentemb.training.checkpoints import raise_if_preempted

@@ -104,3 +104,14 @@ def test_a_missing_export_checkpoint_is_answered_without_torch(tmp_path):
     missing = tmp_path / "best.ckpt"
     expected = f"checkpoint={missing}: no such checkpoint file"
     assert_fast_refusal("export", [f"checkpoint={missing}", f"out={tmp_path / 'out'}"], tmp_path, expected)
+
+
+def test_the_light_commands_still_register_the_resolvers_conf_uses():
+    """evaluate and export import no library module before Hydra composes: the resolvers (model=tiny's
+    ${packaged_model:...}) are registered by their own import of sentemb.common.hydra_plumbing."""
+    script = "import sentemb.evaluate, sentemb.export; from omegaconf import OmegaConf; "
+    script += "print(OmegaConf.has_resolver('packaged_model'), OmegaConf.has_resolver('checkpoint_dir'))"
+    done = subprocess.run(
+        [sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True
+    )
+    assert done.stdout.split() == ["True", "True"], done.stderr[-2000:]
