@@ -5,17 +5,25 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from sentemb.common import hydra_plumbing  # noqa: F401 - registers conf/'s resolvers (${packaged_model:...})
 from sentemb.common.command_line import checked_command_line
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.paths import CONF_DIR
 from sentemb.common.process import configure_process
-from sentemb.encoders.models.backbones import check_model
-from sentemb.eval.suite import evaluate
+from sentemb.encoders.checkpoint import check_checkpoint_file
+
+
+def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
+    """sentemb.eval.suite's `evaluate`, imported when called: torch loads once Hydra has composed the config."""
+    from sentemb.eval.suite import evaluate as run_suite
+
+    return run_suite(cfg, output_dir)
 
 
 @checked_command_line  # an unquoted non-ASCII override: named with its fix, before Hydra's lexer
@@ -23,7 +31,11 @@ from sentemb.eval.suite import evaluate
 def main(cfg: DictConfig) -> None:
     configure_process()
     try:
-        if not cfg.get("checkpoint"):  # model= with pooling=: a mistyped folder is named before anything loads
+        if cfg.get("checkpoint"):  # a missing or non-checkpoint file named before torch is imported
+            check_checkpoint_file(cfg.checkpoint, "checkpoint")
+        else:  # model= with pooling=: a mistyped folder is named before anything loads
+            from sentemb.encoders.models.backbones import check_model  # transformers: once the config composed
+
             check_model(cfg.model)
         evaluate(cfg, Path(HydraConfig.get().runtime.output_dir))
     except SentembConfigError as err:

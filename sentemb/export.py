@@ -34,13 +34,12 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import hydra
-import torch
 from omegaconf import DictConfig, OmegaConf
-from safetensors.torch import load_file, save_file
 
+from sentemb.common import hydra_plumbing  # noqa: F401 - registers conf/'s resolvers (${packaged_model:...})
 from sentemb.common.command_line import checked_command_line
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.file_values import read_json
@@ -49,34 +48,17 @@ from sentemb.common.parts import NATIVE, TRAINS_ONLY, declared_part
 from sentemb.common.paths import CONF_DIR
 from sentemb.common.process import configure_process
 from sentemb.common.published_files import exit_on_sigterm, publish_folder, publish_text, staging_folder
-from sentemb.encoders.encoder import SentenceEncoder
-from sentemb.encoders.models.adapters import is_adapted, merged
-from sentemb.encoders.models.backbones import check_model
+from sentemb.encoders.checkpoint import check_checkpoint_file
 from sentemb.encoders.part_configs import is_decoder_config
-from sentemb.encoders.poolings.encoder_poolings import CLSPooling, mlp_linear
-from sentemb.eval.deployed import ArtefactCheck
-from sentemb.eval.model_card import (
-    adapter_usage,
-    beside_results,
-    folder_usage,
-    model_card,
-    model_name,
-    short,
-    training_command,
-)
-from sentemb.eval.onnx_export import check_format, onnx_section
-from sentemb.eval.suite import RESULTS_SHAPE, evaluate, load_encoder, served_checkpoint
-from sentemb.eval.whitening import WhiteningCorpus
-from sentemb.eval.whitening_export import (
-    check_whitening,
-    evaluate_whitening,
-    fitted_whitening,
-    whitening_module,
-    whitening_section,
-    with_whitening,
-    write_whitening_record,
-)
-from sentemb.st_modules import EXPORT_CARD, FolderConfig, SentembEncoder, folder_model, save_sentemb_parts
+
+# torch, transformers and sentence-transformers are imported in the functions that build the export, once Hydra has
+# composed the config and the checks that need none of them have passed (tests/test_fast_feedback.py)
+if TYPE_CHECKING:
+    import torch
+
+    from sentemb.encoders.encoder import SentenceEncoder
+    from sentemb.eval.deployed import ArtefactCheck
+    from sentemb.eval.whitening import WhiteningCorpus
 
 
 def sentence_transformer(
@@ -84,10 +66,14 @@ def sentence_transformer(
 ):
     """The encoder as a SentenceTransformer built from sentence-transformers' modules where they exist (BERT/RoBERTa
     with cls or mean pooling), else as sentemb's module."""
+    import torch
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.base.modules.dense import Dense
     from sentence_transformers.base.modules.transformer import Transformer
     from sentence_transformers.sentence_transformer.modules.pooling import Pooling
+
+    from sentemb.encoders.poolings.encoder_poolings import CLSPooling, mlp_linear
+    from sentemb.st_modules import SentembEncoder, folder_model
 
     pooler = encoder.pooling
     declared = declared_part(pooler)
@@ -113,6 +99,9 @@ def sentence_transformer(
 def with_unused_pooler(folder: Path, backbone: torch.nn.Module) -> None:
     """BERT/RoBERTa load with a pooler (Dense + Tanh) that sentemb drops and sentence-transformers' Pooling never
     reads: zeros are saved for it, so that loading the folder (here and by its users) initialises no weights."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
     weights = folder / "model.safetensors"
     if getattr(backbone, "pooler", "absent") is not None or not weights.is_file():  # no pooler in this family
         return
@@ -189,6 +178,10 @@ def remove_made_folders(out: Path, top: Path | None) -> None:
 def locked_export(cfg: DictConfig, out: Path, lock: FolderLock) -> tuple[str, str]:
     """The export once `out`'s lock is held: `out` checked empty, claimed; the export written into a staging folder
     beside `out` and renamed into place whole (`publish_export`); (the model's name, what was written)."""
+    from sentemb.eval.onnx_export import check_format
+    from sentemb.eval.suite import served_checkpoint
+    from sentemb.eval.whitening_export import check_whitening
+
     if any(path.name != LOCK_NAME for path in out.iterdir()):
         raise SentembConfigError(f"out={out} is not empty: nothing is overwritten. Fix: pass a new folder")
     lock.claim()  # a second export into out= is refused naming this process
@@ -232,6 +225,30 @@ def write_export(
     corpus: WhiteningCorpus | None = None,
 ) -> tuple[str, str]:
     """The checked export written into `out`; (the model's name, what was written)."""
+    import torch
+
+    from sentemb.encoders.models.adapters import is_adapted, merged
+    from sentemb.eval.model_card import (
+        adapter_usage,
+        beside_results,
+        folder_usage,
+        model_card,
+        model_name,
+        short,
+        training_command,
+    )
+    from sentemb.eval.onnx_export import onnx_section
+    from sentemb.eval.suite import RESULTS_SHAPE, evaluate, load_encoder
+    from sentemb.eval.whitening_export import (
+        evaluate_whitening,
+        fitted_whitening,
+        whitening_module,
+        whitening_section,
+        with_whitening,
+        write_whitening_record,
+    )
+    from sentemb.st_modules import EXPORT_CARD
+
     encoder, source, hparams = load_encoder(cfg, torch.device("cpu"), checkpoint)
     # the run's, for the card
     source.update({k: hparams[k] for k in ("adapter", "loss", "optimizer", "scheduler") if hparams.get(k)})
@@ -306,6 +323,8 @@ def write_adapter_folder(
 ) -> None:
     """peft's adapter folder (adapter_config.json, adapter_model.safetensors: the adapter only), the tokenizer, and
     sentemb's pooling with the base model it needs (sentemb_config.json's `base`: name, fingerprint, model config)."""
+    from sentemb.st_modules import FolderConfig, folder_model, save_sentemb_parts
+
     out.mkdir(parents=True, exist_ok=True)
     # sentemb never resizes the vocabulary: no embedding layer to save beside the adapter (and no hub look-up)
     encoder.backbone.save_pretrained(str(out), save_embedding_layers=False)
@@ -320,7 +339,11 @@ def write_adapter_folder(
 def main(cfg: DictConfig) -> None:
     configure_process()
     try:
-        if not cfg.get("checkpoint"):  # model= with pooling=: a mistyped folder is named before anything loads
+        if cfg.get("checkpoint"):  # a missing or non-checkpoint file named before torch is imported
+            check_checkpoint_file(cfg.checkpoint, "checkpoint")
+        else:  # model= with pooling=: a mistyped folder is named before anything loads
+            from sentemb.encoders.models.backbones import check_model  # transformers: once the config composed
+
             check_model(cfg.model)
         export(cfg)
     except SentembConfigError as err:

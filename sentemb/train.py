@@ -15,22 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-import lightning as L
-from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from sentemb.common.command_line import checked_command_line
 from sentemb.common.hydra_plumbing import instantiate_checked, resolved_container
 from sentemb.common.paths import CONF_DIR
 from sentemb.common.process import configure_process
-from sentemb.data.labelled import in_domain_note
-from sentemb.encoders.build import check_loaded_length
-from sentemb.runs.lifecycle import run_job
-from sentemb.training.callbacks import STSBDevEvaluation
-from sentemb.training.checkpoints import raise_if_preempted
 from sentemb.training.checks import prepare_run
-from sentemb.training.module import SentembModule
-from sentemb.training.trainer import build_trainer, report_best
+
+# torch, lightning and transformers are imported where the model is built, after the checks: a config or data error
+# is answered in under 2 seconds, before they load (tests/test_fast_feedback.py)
 
 
 def train(cfg: DictConfig, before_build: Callable[[DictConfig], None] | None = None) -> dict[str, Any]:
@@ -40,8 +34,17 @@ def train(cfg: DictConfig, before_build: Callable[[DictConfig], None] | None = N
     W&B run id its checkpoints keep set), taken once the checks passed and the STS-B splits were read.
     """
     prepare_run(cfg)
+    import lightning as L
+    from hydra.utils import instantiate
+
+    from sentemb.data.labelled import in_domain_note
+    from sentemb.encoders.build import check_loaded_length
+    from sentemb.training.checkpoints import raise_if_preempted
+    from sentemb.training.module import SentembModule
+    from sentemb.training.trainer import build_trainer, report_best
+
     # reads STS-B dev and the test tasks scored after training now, so a bad path fails before the model is loaded
-    dev_eval: STSBDevEvaluation = instantiate_checked(cfg.eval)
+    dev_eval = instantiate_checked(cfg.eval)
     if before_build is not None:
         before_build(cfg)
     L.seed_everything(cfg.seed, workers=True)
@@ -70,6 +73,8 @@ def train(cfg: DictConfig, before_build: Callable[[DictConfig], None] | None = N
 def main(cfg: DictConfig) -> float | None:
     """One job. Its outcome goes to `metrics.json`; in a sweep a failed or diverged job never stops the others."""
     configure_process()
+    from sentemb.runs.lifecycle import run_job
+
     return run_job(cfg, train)  # the recipe passed in: runs/ sits below the commands
 
 

@@ -12,7 +12,10 @@ view asks for it by role (`TrainingViews.view`); nothing here knows what a role 
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the role names are read before torch is imported (the labelled reader's pre-run checks)
+    import torch
 
 ANCHOR = "anchor"  # view 1: the plain names
 POSITIVE = "positive"  # view 2: the anchor's own rows again unless the batch carries one
@@ -59,6 +62,8 @@ def training_view_batches(batch: dict[str, torch.Tensor]) -> list[dict[str, torc
 
 def pad_columns(value: torch.Tensor, width: int, pad: int, left: bool) -> torch.Tensor:
     """`value` (B, T) padded with `pad` to (B, width) on the left or the right."""
+    import torch
+
     missing = width - value.shape[1]
     if missing <= 0:
         return value
@@ -71,6 +76,8 @@ def stacked_views(
 ) -> dict[str, torch.Tensor]:
     """The views' rows one after another (view 1's B rows, view 2's, ...), padded to the longest on the tokenizer's
     side: ids with the pad token, masks and token types with 0."""
+    import torch
+
     width = max(view["input_ids"].shape[1] for view in views)
     left = padding_side == "left"
     pads = {"input_ids": pad_token_id if pad_token_id is not None else 0, "attention_mask": 0, "token_type_ids": 0}

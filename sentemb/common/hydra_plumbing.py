@@ -25,7 +25,7 @@ RESOLVERS = {
     "wandb_run_name": "sentemb.runs.wandb_runs.wandb_run_name",
     "wandb_run_group": "sentemb.runs.wandb_runs.wandb_run_group",
     "sqlite_storage": "sentemb.runs.sweeps.sqlite_storage",
-    "checkpoint_dir": "sentemb.training.checkpoints.checkpoint_dir",
+    "checkpoint_dir": "sentemb.training.checkpoint_files.checkpoint_dir",
     "run_dir_name": "sentemb.runs.rerun_policy.run_dir_name",
     "fastest_precision": "sentemb.training.precision.fastest_precision",
 }

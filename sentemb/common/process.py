@@ -20,7 +20,8 @@ benchmark) needs them without any command:
 
 from __future__ import annotations
 
-import matplotlib
+import os
+import sys
 
 from sentemb.common.log_noise import silence_known_noise
 
@@ -30,4 +31,8 @@ FIGURE_BACKEND = "Agg"
 def configure_process() -> None:
     """The settings above, for this whole process; idempotent (a multirun calls it once per job)."""
     silence_known_noise()  # each line silenced is listed, with its reason, in sentemb/common/log_noise.py
-    matplotlib.use(FIGURE_BACKEND)  # figure files only, never a window
+    matplotlib = sys.modules.get("matplotlib")
+    if matplotlib is not None:
+        matplotlib.use(FIGURE_BACKEND)  # figure files only, never a window
+    else:  # read by matplotlib when first imported: its import (a third of a second) waits for a command's figure
+        os.environ["MPLBACKEND"] = FIGURE_BACKEND

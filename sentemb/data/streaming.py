@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,46 +32,11 @@ from datasets import load_dataset
 from torch.utils.data import IterableDataset
 from transformers import PreTrainedTokenizerBase
 
-from sentemb.common.errors import SentembConfigError
-from sentemb.common.numbers import Bounds, require_flag, require_whole
 from sentemb.data.corpus import undecodable_line_error
 from sentemb.data.labelled import SCORES, TEXT_IDS, LabelledFile, LabelledSet, encode_labelled, labelled_roles
 from sentemb.data.sentence_cut import char_limit, cut_texts
+from sentemb.data.streaming_checks import MAX_SHUFFLE_BUFFER, check_streaming  # noqa: F401 - importable here as before
 from sentemb.data.views import SoftNegatives, encode_views
-
-# a streamed shuffle holds this many lines (each cut to char_limit(max_length) characters) in memory; a larger
-# buffer holds more than data.streaming=false, which shuffles the whole corpus from its memory-mapped Arrow file
-MAX_SHUFFLE_BUFFER = 2**22
-
-
-def check_streaming(data: Mapping[str, Any], trainer: Mapping[str, Any]) -> None:
-    """data.streaming=true needs the run's length up front and reads in the training process; data.shuffle_buffer, when
-    set, is a whole number of lines from 1 to MAX_SHUFFLE_BUFFER (checked streamed or not: it is allocated as read)."""
-    streaming = require_flag("data.streaming", data.get("streaming", False), "data.streaming=true, or false")
-    shuffle = require_flag("data.shuffle", data.get("shuffle", True), "data.shuffle=true, or false")
-    buffer = data.get("shuffle_buffer")
-    if buffer is not None or (streaming and shuffle):
-        require_whole(
-            "data.shuffle_buffer",
-            buffer,
-            Bounds(1, MAX_SHUFFLE_BUFFER),
-            f"data.shuffle_buffer=10000 (lines held in memory for the streamed shuffle; at most {MAX_SHUFFLE_BUFFER}), "
-            "or data.streaming=false to shuffle the whole corpus from disk",
-        )
-    if not streaming:
-        return
-    max_steps = trainer.get("max_steps")
-    if max_steps is None or max_steps <= 0:
-        raise SentembConfigError(
-            f"data.streaming=true needs trainer.max_steps (the LR schedule's length: a stream has no length to "
-            f"count), but trainer.max_steps={max_steps}. Fix: pass trainer.max_steps=N"
-        )
-    if data.get("num_workers"):
-        raise SentembConfigError(
-            f"data.streaming=true reads and tokenises in the training process (about a millisecond a batch; each "
-            f"worker would read the whole stream), but data.num_workers={data.get('num_workers')}. "
-            "Fix: pass data.num_workers=0"
-        )
 
 
 @dataclass(frozen=True)

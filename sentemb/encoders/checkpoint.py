@@ -14,12 +14,11 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.file_values import Shape, checked
 from sentemb.common.parts import KINDS, named_by_path, unknown_part
-from sentemb.encoders.models.model_files import check_declared_sizes
+
+# torch is imported where a checkpoint is loaded: a checkpoint file's checks (`check_checkpoint_file`) run without it
 
 # types beyond torch's weights-only set that sentemb checkpoints hold: none (rng_states keeps numpy's state as tensors)
 SAFE_GLOBALS: list[Any] = []
@@ -118,10 +117,10 @@ def previous_good_checkpoint(path: Path) -> Path | None:
     return next((p for p in others if not checkpoint_problem(p)), None)
 
 
-def read_checkpoint(path: str | Path, key: str = "checkpoint", mmap: bool = False) -> dict[str, Any]:
-    """The sentemb training checkpoint at `path`, loaded on the CPU without running anything it holds; a
-    SentembConfigError naming the file (as `key=path`; `key=""`: the path alone) and the fix if it is missing,
-    truncated, corrupt, holds other objects, or is not a sentemb checkpoint. `mmap`: tensors stay on disk (a check)."""
+def check_checkpoint_file(path: str | Path, key: str = "checkpoint") -> Path:
+    """`path` (expanded) when it is a file that begins as torch's zip archive, else a SentembConfigError naming it as
+    `key=path` with the fix: what `read_checkpoint` checks first, torch-free (the commands check `checkpoint=` before
+    torch is imported)."""
     path = Path(path).expanduser()
     named = f"{key}={path}" if key else str(path)
     if not path.is_file():
@@ -136,6 +135,17 @@ def read_checkpoint(path: str | Path, key: str = "checkpoint", mmap: bool = Fals
             f"Fix: point {key or 'ckpt_path'} at a .ckpt written by sentemb.train (a run's "
             "checkpoints/best-step<N>.ckpt or last.ckpt)"
         )
+    return path
+
+
+def read_checkpoint(path: str | Path, key: str = "checkpoint", mmap: bool = False) -> dict[str, Any]:
+    """The sentemb training checkpoint at `path`, loaded on the CPU without running anything it holds; a
+    SentembConfigError naming the file (as `key=path`; `key=""`: the path alone) and the fix if it is missing,
+    truncated, corrupt, holds other objects, or is not a sentemb checkpoint. `mmap`: tensors stay on disk (a check)."""
+    import torch
+
+    path = check_checkpoint_file(path, key)
+    named = f"{key}={path}" if key else str(path)
     problem = checkpoint_problem(path)
     if problem:
         earlier = previous_good_checkpoint(path)
@@ -175,6 +185,10 @@ def check_stored_sizes(checkpoint: dict[str, Any], named: str = "checkpoint") ->
     hidden_size, ...) within what its backbone weights hold, checked before a model of those sizes is built from it
     (`encoders.build.encoder_from_checkpoint`); an adapter checkpoint holds no base weights to compare (its base is
     rebuilt, its sizes bounded as any model's)."""
+    import torch
+
+    from sentemb.encoders.models.model_files import check_declared_sizes  # the model loaders' package: transformers
+
     model = checkpoint["hyper_parameters"]["model"]
     backbone = current_part("model.backbone", model.get("backbone") or {})
     if "base_model" in checkpoint or not isinstance(backbone, dict):
@@ -206,6 +220,8 @@ def current_hparams(hparams: dict[str, Any]) -> dict[str, Any]:
 
 def what_it_names(path: Path, err: Exception) -> str:
     """The functions and classes a refused checkpoint's pickle names (read from its opcodes, nothing run)."""
+    import torch
+
     try:
         names = torch.serialization.get_unsafe_globals_in_checkpoint(path)
     except Exception:  # noqa: BLE001 (a file torch cannot scan: the load's own error says why)

@@ -16,11 +16,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.parts import DECODERS, Part, PartConfig, names, part_config
-from sentemb.encoders.checkpoint import current_part, model_label
-from sentemb.encoders.models.adapters import check_adapter
-from sentemb.encoders.models.backbones import check_backbone_options
-from sentemb.encoders.models.decoders import check_decoder_options
-from sentemb.encoders.models.model_files import check_declared_sizes
+
+# the model loaders' modules (transformers) are imported where a model config is checked: a loss is checked with torch
+# alone (sentemb.training.checks: loss.tau=0 answered before transformers and lightning load)
 
 
 def plain(node: Any) -> Any:
@@ -32,6 +30,8 @@ def checked_part(kind: str, node: Any) -> PartConfig:
     """A `kind` part config (`{name: <registered name>, option: value, ...}`; an old `_target_` path is read by
     `current_part`) as a `PartConfig`, else refused naming the key and the names it may be. Nothing is built or
     imported."""
+    from sentemb.encoders.checkpoint import current_part
+
     return part_config(kind, current_part(kind, plain(node)))
 
 
@@ -75,6 +75,8 @@ class ModelConfig:
     def label(self) -> str:
         """The model's name in messages: its name_or_path, unless only its tokenizer reads that (a backbone built
         in-process from its options, model=tiny: MiniLM's tokenizer path would name a model that is not trained)."""
+        from sentemb.encoders.checkpoint import model_label
+
         if "name_or_path" not in self.backbone.options and self.tokenizer.options.get("name_or_path"):
             return f"{model_label(self.raw)} (model.backbone.name={self.backbone.name}, built in-process)"
         return str(self.raw.get("name_or_path") or model_label(self.raw))
@@ -99,6 +101,10 @@ class ModelConfig:
     def check_options(self) -> None:
         """A decoder's attention and padding options, the dropout and trainable layers, and the sizes a model built from
         its options declares (a tiny model's, which a checkpoint stores too), before anything is allocated."""
+        from sentemb.encoders.models.backbones import check_backbone_options
+        from sentemb.encoders.models.decoders import check_decoder_options
+        from sentemb.encoders.models.model_files import check_declared_sizes
+
         if self.decoder:
             check_decoder_options(self.raw)
         check_backbone_options(self.dropout, self.trainable_layers)
@@ -140,6 +146,8 @@ class EncoderConfig:
         )
         check_part_fits(config.pooling, config.model)
         check_part_fits(config.head, config.model)
+        from sentemb.encoders.models.adapters import check_adapter
+
         check_adapter(config.adapter)
         config.model.check_options()
         return config

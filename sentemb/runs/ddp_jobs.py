@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from sentemb.common.errors import Preempted, SentembConfigError, TrainingDiverged
 from sentemb.runs.jobs import is_multirun, job_overrides, override_key
 from sentemb.runs.record import read_record
-from sentemb.training.checkpoints import run_checkpoints
+from sentemb.training.checkpoint_files import run_checkpoints
 
 log = logging.getLogger(__name__)
 
@@ -39,11 +39,20 @@ def launched_as_rank() -> bool:
     return "LOCAL_RANK" in env or int(env.get("WORLD_SIZE", 1)) > 1 or int(env.get("SLURM_NTASKS", 1)) > 1
 
 
-def process_rank() -> int:
-    """This process's global rank as its launcher set it (0 when it runs alone)."""
-    from lightning.pytorch.utilities import rank_zero_only
+# where a launcher puts the rank, in the order Lightning reads them (lightning.fabric.utilities.rank_zero._get_rank)
+RANK_VARIABLES = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
 
-    return int(getattr(rank_zero_only, "rank", 0))
+
+def process_rank() -> int:
+    """This process's global rank as its launcher set it (0 when it runs alone): Lightning's own flag (the object
+    lightning.pytorch.utilities.rank_zero_only is), read without importing lightning; until lightning sets it on
+    import, the launcher's variable Lightning would read."""
+    from lightning_utilities.core.rank_zero import rank_zero_only
+
+    rank = getattr(rank_zero_only, "rank", None)
+    if rank is not None:
+        return int(rank)
+    return next((int(os.environ[key]) for key in RANK_VARIABLES if os.environ.get(key) is not None), 0)
 
 
 def processes_per_node(trainer_cfg: DictConfig) -> int:

@@ -40,7 +40,7 @@ from sentemb.runs.jobs import is_multirun, job_description
 from sentemb.runs.record import write_record
 from sentemb.runs.rerun_policy import Restart
 from sentemb.runs.wandb_runs import finish_wandb
-from sentemb.training.checkpoints import PREEMPTION_SIGNALS
+from sentemb.training.checkpoint_files import PREEMPTION_SIGNALS
 
 log = logging.getLogger(__name__)
 
@@ -117,9 +117,8 @@ def raise_preempted(signum: int, frame: Any) -> None:
 def as_preemption(err: BaseException) -> BaseException:
     """Lightning's SIGTERMException (a SystemExit with code 0, which a scheduler would take for success) as the
     preemption it is; any other exception as it is."""
-    from lightning.pytorch.utilities.exceptions import SIGTERMException
-
-    if not isinstance(err, SIGTERMException):
+    exceptions = sys.modules.get("lightning.pytorch.utilities.exceptions")  # not imported: not raised (a check's error)
+    if exceptions is None or not isinstance(err, exceptions.SIGTERMException):
         return err
     preempted = Preempted(int(signal.SIGTERM))
     preempted.__cause__ = err

@@ -32,9 +32,8 @@ from sentemb.runs.job_files import job_log, save_hydra_files
 from sentemb.runs.job_outcome import recorded_job
 from sentemb.runs.jobs import current_hydra, is_multirun, job_overrides
 from sentemb.runs.rerun_policy import Restart, plan_restart, set_old_checkpoints_aside
-from sentemb.runs.sweeps import apply_sweep_winner
 from sentemb.runs.wandb_runs import check_wandb_reachable, wandb_run_id
-from sentemb.training.checkpoints import CHECKPOINTS, check_checkpoint_path, checkpoint_dir, remove_partial_checkpoints
+from sentemb.training.checkpoint_files import CHECKPOINTS, checkpoint_dir, remove_partial_checkpoints
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +150,11 @@ def run_accepted(
 
 def run_recipe(cfg: DictConfig, train: Recipe) -> dict[str, Any]:
     """The recipe as a job (or each rank of one) runs it: the sweep winner first, the W&B steps handed in."""
-    winner = apply_sweep_winner(cfg)  # before the recipe's checks, so the winner's values are checked too
+    winner = []
+    if cfg.get("from_sweep"):  # sweeps' module reads results with scipy and draws with matplotlib: imported for it
+        from sentemb.runs.sweeps import apply_sweep_winner
+
+        winner = apply_sweep_winner(cfg)  # before the recipe's checks, so the winner's values are checked too
     if winner:
         log.info("from_sweep=%s: %s", cfg.from_sweep, " ".join(winner))
     return train(cfg, before_build)
@@ -195,6 +198,8 @@ def plan(cfg: DictConfig, hydra_cfg: DictConfig | None) -> Restart:
         auto_resume=bool(cfg.get("auto_resume", True)),
     )
     if restart.action == "resume":
+        from sentemb.training.checkpoints import check_checkpoint_path  # torch: only a resumed run reads a checkpoint
+
         check_checkpoint_path(str(restart.checkpoint), cfg, key="")  # a truncated last.ckpt is named with its fallback
     return restart
 

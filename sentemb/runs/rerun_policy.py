@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.runs.record import RECORD_NAME, read_record
-from sentemb.training.checkpoints import LAST, run_checkpoints
+from sentemb.training.checkpoint_files import LAST, run_checkpoints
 
 log = logging.getLogger(__name__)
 

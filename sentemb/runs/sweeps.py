@@ -19,21 +19,19 @@ Numbers people read (`sweep.md`, the figures, `best_overrides.txt`) have 4 signi
 Optuna sample included (0.3075, not 0.30745401188473626); `sweep.csv` and `from_sweep=<dir>`, which
 reads the records again, keep the exact values, so the winner is retrained as it ran.
 
-It also runs by itself at the end of every multirun (`SweepReportCallback`, a Hydra callback in
-conf/train.yaml) and logs its table and figures to W&B, in the sweep's group.
+It also runs by itself at the end of every multirun (`SweepReportCallback` of sentemb.runs.sweep_callback, a Hydra
+callback in conf/train.yaml) and logs its table and figures to W&B, in the sweep's group.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from sentemb.common.errors import SentembConfigError
@@ -264,22 +262,6 @@ def log_to_wandb(result: dict[str, Any], project: str, group: str, directory: Pa
     run.log({f"sweep/{png.stem}": wandb.Image(str(png)) for png in result["figures"]})
     run.summary["sweep/markdown"] = result["markdown"]
     run.finish()
-
-
-class SweepReportCallback(Callback):
-    """Hydra callback: the report (and its W&B run) at the end of every multirun."""
-
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep_dir = Path(str(config.hydra.sweep.dir))
-        try:
-            result = write_report(sweep_dir)
-        except SentembConfigError as err:  # e.g. every job failed before writing anything
-            print(f"sentemb: no sweep report: {err}", file=sys.stderr)
-            return
-        print(f"\n{result['markdown']}\n(sweep report in {sweep_dir})")
-        wandb_cfg = (config.get("logger") or {}).get("wandb")
-        if wandb_cfg:
-            log_to_wandb(result, str(wandb_cfg.project), str(config.get("sweep_name") or sweep_dir.name), sweep_dir)
 
 
 def sqlite_storage(directory: str) -> str:

@@ -31,34 +31,18 @@ from lightning.pytorch.callbacks import Callback
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.metric_names import DEV_SETS, SICKR_DEV, STSB_DEV, DevMetrics, check_select
-from sentemb.common.numbers import Bounds, require_flag, require_whole
 from sentemb.encoders.encoder import SentenceEncoder
 from sentemb.eval.bootstrap import Resampling
 from sentemb.eval.cache import EmbeddingCache
 from sentemb.eval.held_out import HeldOutTasks
 from sentemb.eval.scorable import UndefinedScore
 from sentemb.eval.sts import SICK_FILES, SentencePairs, STSBenchmark, correlations, load_sts_task, pairwise_cosine
+from sentemb.training.callback_checks import check_eval_settings, check_every_n_steps  # noqa: F401 - importable here as before
 
 log = logging.getLogger(__name__)
 
 # the STS task each dev set is a split of (its cosines' entry in similarities.npz: `<task>/dev`)
 DEV_TASKS = {STSB_DEV: "STSBenchmark", SICKR_DEV: "SICKRelatedness"}
-
-
-# sentences the dev evaluation encodes together (padded to the longest): 512x the default 128, past any device's memory
-MAX_EVAL_BATCH = 2**16
-
-
-def check_every_n_steps(every_n_steps: object) -> None:
-    """eval.every_n_steps: the dev evaluation's interval, a whole number >= 1."""
-    require_whole("eval.every_n_steps", every_n_steps, Bounds(1), "e.g. eval.every_n_steps=125")
-
-
-def check_eval_settings(every_n_steps: object, batch_size: object, at_start: object) -> None:
-    """The dev evaluation's interval, its encoding batch and whether it scores the encoder before the first step."""
-    check_every_n_steps(every_n_steps)
-    require_whole("eval.batch_size", batch_size, Bounds(1, MAX_EVAL_BATCH), "eval.batch_size=128")
-    require_flag("eval.at_start", at_start, "eval.at_start=true, or false")
 
 
 def read_sickr_dev(senteval_dir: Path) -> SentencePairs:

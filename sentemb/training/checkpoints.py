@@ -56,28 +56,22 @@ from sentemb.encoders.build import check_base_fingerprint, check_checkpoint_part
 from sentemb.encoders.checkpoint import model_label, read_checkpoint
 from sentemb.encoders.models.adapters import base_fingerprint
 from sentemb.training.callbacks import STSBDevEvaluation
+from sentemb.training.checkpoint_files import (  # noqa: F401 - names of the run folder's files, kept importable here
+    BEST_FILENAME,
+    CHECKPOINTS,
+    LAST,
+    PREEMPTION_SIGNALS,
+    checkpoint_dir,
+    remove_partial_checkpoints,
+    run_checkpoints,
+)
 from sentemb.training.distributed import world_size
 
 log = logging.getLogger(__name__)
 
-CHECKPOINTS = "checkpoints"  # a run folder's checkpoint folder
-LAST = "last.ckpt"
-BEST_FILENAME = "best-step{step}"  # ModelCheckpoint's filename template: best-step<N>.ckpt
 # state-dict keys of a module's own state (torch's get_extra_state / set_extra_state), `<module>._extra_state`
 EXTRA_STATE = "_extra_state"
 BACKBONE = "encoder.backbone."  # the pretrained (or adapted) model's keys in SentembModule's state dict
-
-
-def run_checkpoints(output_dir: str | Path) -> Path:
-    """A run folder's checkpoint folder, `<output_dir>/checkpoints`."""
-    return Path(output_dir) / CHECKPOINTS
-
-
-def checkpoint_dir(ckpt_path: str | None, output_dir: str) -> str:
-    """Where a run keeps its checkpoints (the `checkpoint_dir` resolver of conf/callbacks): a resumed run goes on in
-    the directory of the checkpoint it resumes from, so ModelCheckpoint's best tracking (which Lightning restores
-    only in the same directory) continues as one run."""
-    return str(Path(ckpt_path).expanduser().resolve().parent) if ckpt_path else str(run_checkpoints(output_dir))
 
 
 def check_checkpoint_path(
@@ -339,9 +333,6 @@ def best_checkpoint_callback(trainer: L.Trainer, monitor: str = DEV_SPEARMAN) ->
     )
 
 
-PREEMPTION_SIGNALS = ("SIGTERM", "SIGUSR1", "SIGUSR2")
-
-
 class LastCheckpoint(Checkpoint):
     """`<dirpath>/last.ckpt`, rewritten after each dev evaluation and when a preemption signal arrives (replaced
     atomically, never half-written).
@@ -447,16 +438,6 @@ def write_atomically(checkpoint: dict[str, Any], path: Path) -> None:
         publish_bytes(path, buffer.getbuffer())  # link; its temporary file goes on failure (published_files)
     except OSError as err:
         raise CheckpointNotWritten(checkpoint_error(path, err)) from err
-
-
-def remove_partial_checkpoints(folder: Path) -> list[Path]:
-    """The temporary files of checkpoint writes that never finished (a process killed mid-write: `write_atomically`'s
-    and LastCheckpoint's `.<name>.partial`) in `folder`, removed; the job that now holds the folder calls this.
-    Never a checkpoint: those are renamed into place whole."""
-    found = sorted(folder.glob(".*.partial")) if folder.is_dir() else []
-    for path in found:
-        path.unlink(missing_ok=True)
-    return found
 
 
 def checkpoint_error(path: Path, err: OSError) -> str:

@@ -2,7 +2,11 @@
 
 Each check lives beside the code it guards (the loss's and pooling's constructors, the pooling's
 `with_head`, the backbone's `check_model`, GradCache's `check_grad_cache`, the Trainer's `check_devices`, ...);
-this only calls them in order.
+this only calls them in order. The options that name no part and the data files are checked first, before torch,
+lightning and transformers are imported (their modules' torch-free checks: `*_checks.py` beside them), so a config
+or data error is answered in about a second; the checks that build toy parts (a loss's constructor refusing
+loss.tau=0, a pooling's, a head's), look up the parts registry (whose modules define torch classes), ask torch for
+devices or the hub for a model come after, importing torch where they are called.
 """
 
 from __future__ import annotations
@@ -20,29 +24,13 @@ from sentemb.common.metric_names import check_metric_name
 from sentemb.common.parts import lookup
 from sentemb.common.paths import absolute_data_paths, resolve_data_root
 from sentemb.data.corpus import HEAD_LINES, CorpusReport, check_corpus
-from sentemb.data.datamodule import (
-    check_batching,
-    check_corpus_fills_batch,
-    check_data_fields,
-    check_labelled_options,
-)
+from sentemb.data.datamodule_checks import check_batching, check_corpus_fills_batch, check_labelled_options
 from sentemb.data.labelled import LabelledSet, read_labelled
 from sentemb.data.repetition import check_dup_rate
-from sentemb.data.streaming import check_streaming
-from sentemb.encoders.build import attach_head, check_length_fits
-from sentemb.encoders.models.backbones import check_model
-from sentemb.encoders.models.decoders import warn_without_dropout
-from sentemb.encoders.part_configs import EncoderConfig, build_part, checked_part
-from sentemb.losses.registry import hard_negative_settings, negatives_refusal
-from sentemb.training import auxiliary, negatives
-from sentemb.training.callbacks import check_eval_settings
-from sentemb.training.checkpoints import check_checkpoint_path
-from sentemb.training.grad_cache import check_grad_cache
-from sentemb.training.learnable import check_learnable, check_loss_width
-from sentemb.training.module import check_warmup_ratio
-from sentemb.training.negatives.base import NEGATIVES_LOSSES, check_resumed_negatives
-from sentemb.training.sharding import check_sharding, devices_asked
-from sentemb.training.trainer import check_devices, check_trainer_sizes
+from sentemb.data.streaming_checks import check_streaming
+from sentemb.training.callback_checks import check_eval_settings
+from sentemb.training.sharding_checks import devices_asked
+from sentemb.training.trainer_checks import check_trainer_sizes
 
 MAX_SEED = 2**32 - 1  # numpy's (Lightning's seed_everything seeds it too)
 TOY_SIZE = 8  # poolings and heads are built at this width to run their constructors' checks in milliseconds
@@ -54,7 +42,16 @@ def prepare_run(cfg: DictConfig) -> CorpusReport | LabelledSet:
     Fills in `paths.data_dir` with the data root actually found, so the logged config says
     where the data came from.
     """
-    check_parts(cfg)
+    check_options(cfg)  # torch-free, as is `read_data`: answered before torch and lightning are imported
+    # a run resumed from ckpt_path: its checkpoint checked against this config (with torch) before the corpus is read
+    data = None if cfg.get("ckpt_path") else read_data(cfg)
+    check_built_parts(cfg)  # the parts' own constructors (torch's modules) from here on
+    from sentemb.encoders.build import check_length_fits
+    from sentemb.encoders.models.backbones import check_model
+    from sentemb.training.checkpoints import check_checkpoint_path
+    from sentemb.training.negatives.base import check_resumed_negatives
+    from sentemb.training.trainer import check_devices
+
     check_devices(cfg.trainer)  # trainer=gpu without a GPU: here, not after the model loaded
     check_model(cfg.model)  # an unreachable hub fails here, in seconds
     # a long sentence past the position embeddings would stop training with an IndexError at some later step
@@ -62,25 +59,50 @@ def prepare_run(cfg: DictConfig) -> CorpusReport | LabelledSet:
     resumed = check_checkpoint_path(cfg.get("ckpt_path"), cfg)  # whole, a sentemb checkpoint, of this model
     # of this negatives part, its state (ESimCSE's queue) sound: the file as just read, not read and CRC-checked again
     check_resumed_negatives(cfg.get("ckpt_path"), cfg, resumed)
+    if data is None:
+        data = read_data(cfg)
+    if isinstance(data, LabelledSet):  # the rows against the loss and step parts (the registry's: torch)
+        check_labelled_fit(cfg, data, whole=read_whole(cfg, data))
+    else:
+        refuse_scored_loss(cfg.loss, "data.corpus: one sentence per line has no scores")
+        refuse_hard_negative_settings(
+            resolved_container(cfg.loss), f"data.corpus={cfg.data.corpus}: one sentence per line"
+        )
+    return data
+
+
+def read_data(cfg: DictConfig) -> CorpusReport | LabelledSet:
+    """The data `cfg.data` names, read and checked against the batch (torch-free); sets `paths.data_dir`."""
     cfg.paths.data_dir = str(resolve_data_root(cfg.paths.data_dir))
     absolute_data_paths(cfg.data)
     if is_labelled(cfg.data):  # every row read and checked here, before any model loads
-        streaming = bool(cfg.data.get("streaming"))
         data = resolved_container(cfg.data)
         check_labelled_options(
-            streaming, {}, data.get("dup_rate", 0.0), data.get("source"), data.get("columns"), data.get("score_range")
-        )
+            bool(data.get("streaming")), {}, data.get("dup_rate", 0.0), data.get("source"), data.get("columns"),
+            data.get("score_range"),
+        )  # fmt: skip
         # streamed: the head here (at least one batch a device, so a file shorter than that is known to be), every
         # other row as the stream reads it (file and line named there)
-        head = max(HEAD_LINES, (cfg.data.get("batch_size") or 0) * processes(cfg.trainer)) if streaming else None
-        labelled = read_labelled(data, head)
-        check_labelled_fit(cfg, labelled, whole=head is None or len(labelled) < head)
+        labelled = read_labelled(data, head_rows(cfg))
+        check_labelled_batch(cfg, labelled, whole=read_whole(cfg, labelled))
         return labelled
-    refuse_scored_loss(cfg.loss, "data.corpus: one sentence per line has no scores")
-    refuse_hard_negative_settings(resolved_container(cfg.loss), f"data.corpus={cfg.data.corpus}: one sentence per line")
     report = check_corpus(Path(cfg.data.corpus).expanduser(), streaming=bool(cfg.data.get("streaming")))
     check_corpus_fills_batch(report, cfg.data.get("batch_size"), processes(cfg.trainer))
     return report
+
+
+def head_rows(cfg: DictConfig) -> int | None:
+    """The rows of a streamed labelled file read before the run: HEAD_LINES, or one batch a device when larger
+    (None: not streamed, every row is read)."""
+    if not cfg.data.get("streaming"):
+        return None
+    return max(HEAD_LINES, (cfg.data.get("batch_size") or 0) * processes(cfg.trainer))
+
+
+def read_whole(cfg: DictConfig, labelled: LabelledSet) -> bool:
+    """Whether `labelled` holds every row of its file: not streamed, or a streamed file shorter than its head."""
+    head = head_rows(cfg)
+    return head is None or len(labelled) < head
 
 
 def is_labelled(data: Mapping[str, Any]) -> bool:
@@ -107,17 +129,12 @@ def check_labelled_fit(cfg: DictConfig, labelled: LabelledSet, whole: bool = Tru
     file's head), a loss for their kind (scored pairs: a scored pair's loss; hard negatives: a loss with a negatives'
     denominator), no view they cannot make, no setting they leave unused (data.score_range without scores,
     loss.hard_negative_weight without hard negatives), and rows the loss can learn from (`check_learnable`)."""
-    batch_size, world = cfg.data.get("batch_size"), processes(cfg.trainer)
-    if whole and batch_size is not None and len(labelled) < batch_size * world:
-        devices = f" on each of {world} devices" if world > 1 else ""
-        # a stream drops a partial batch: it would end before its first step, without a checkpoint
-        streamed = (
-            ", so the stream (data.streaming=true) has no whole batch to train on" if cfg.data.get("streaming") else ""
-        )
-        raise SentembConfigError(
-            f"{labelled.source}: {len(labelled)} labelled rows, fewer than one batch of data.batch_size={batch_size}"
-            f"{devices}{streamed}. Fix: a smaller data.batch_size, or more rows"
-        )
+    from sentemb.encoders.part_configs import build_part
+    from sentemb.losses.registry import negatives_refusal
+    from sentemb.training.learnable import check_learnable
+    from sentemb.training.negatives.base import NEGATIVES_LOSSES
+
+    check_labelled_batch(cfg, labelled, whole)
     loss = resolved_container(cfg.loss)
     if labelled.scores is not None and not takes_scores(loss):
         raise SentembConfigError(
@@ -162,12 +179,29 @@ def refuse_unscored_range(score_range: Any, labelled: LabelledSet) -> None:
 def refuse_hard_negative_settings(loss: Mapping[str, Any], data: str) -> None:
     """A loss setting that acts on labelled hard negatives only (InfoNCE's hard_negative_weight), set on data that has
     none (`data`: what it is), would change nothing."""
+    from sentemb.losses.registry import hard_negative_settings
+
     settings = hard_negative_settings(loss)
     if settings:
         unset = " ".join(f"{setting.split('=')[0]}=0" for setting in settings)
         raise SentembConfigError(
             f"{', '.join(settings)} weighs labelled hard negatives, but {data} has none, so it would change nothing. "
             f"Fix: {unset}, or data with a hard-negative column (anchor,positive,negative)"
+        )
+
+
+def check_labelled_batch(cfg: DictConfig, labelled: LabelledSet, whole: bool = True) -> None:
+    """One whole batch of labelled rows per device (`whole`: all rows were read, not a streamed file's head)."""
+    batch_size, world = cfg.data.get("batch_size"), processes(cfg.trainer)
+    if whole and batch_size is not None and len(labelled) < batch_size * world:
+        devices = f" on each of {world} devices" if world > 1 else ""
+        # a stream drops a partial batch: it would end before its first step, without a checkpoint
+        streamed = (
+            ", so the stream (data.streaming=true) has no whole batch to train on" if cfg.data.get("streaming") else ""
+        )
+        raise SentembConfigError(
+            f"{labelled.source}: {len(labelled)} labelled rows, fewer than one batch of data.batch_size={batch_size}"
+            f"{devices}{streamed}. Fix: a smaller data.batch_size, or more rows"
         )
 
 
@@ -189,16 +223,50 @@ def check_seed(value: Any, key: str = "seed") -> None:
 
 def check_parts(cfg: DictConfig) -> None:
     """The checks that read no file and no network: the loss, pooling and head options, batching, GradCache, eval."""
+    check_options(cfg)
+    check_built_parts(cfg)
+
+
+def check_options(cfg: DictConfig) -> None:
+    """The options that name no part (batching, seeds, streaming, eval, the optimized metric): torch-free."""
+    # every size before anything uses one: `data.batch_size=abc` is named here, not met by a comparison's TypeError
+    check_batching(cfg.data.get("batch_size"), cfg.data.get("max_length"), cfg.data.get("num_workers"))
+    check_trainer_sizes(cfg.trainer)
+    check_eval_settings(
+        cfg.eval.get("every_n_steps", 125), cfg.eval.get("batch_size", 128), cfg.eval.get("at_start", True)
+    )
+    check_dup_rate(cfg.data.get("dup_rate", 0.0))
+    check_seed(cfg.get("seed"))
+    if "seed" in cfg.data:  # the shuffle's own generator: ${seed} unless set apart
+        check_seed(cfg.data.seed, "data.seed")
+    check_streaming(cfg.data, cfg.trainer)
+    if cfg.get("optimized_metric"):  # a typo would otherwise surface only when the job ends
+        check_metric_name(cfg.optimized_metric)
+
+
+def check_built_parts(cfg: DictConfig) -> None:
+    """The parts built from their configs (toys: the loss, pooling and head constructors' own checks), GradCache,
+    sharding, the step parts and the schedule: these import torch (the parts' modules define torch classes)."""
+    from sentemb.encoders.part_configs import EncoderConfig, checked_part
+
     if not cfg.get("loss"):
         raise SentembConfigError("loss: no objective configured. Fix: pick one, e.g. loss=infonce")
     choices = OmegaConf.select(cfg, "hydra.runtime.choices") or {}
     loss = checked_part("loss", cfg.loss)
     # a stray field (a sweep's loss.m on InfoNCE) named before the constructor's TypeError
-    for group in ("pooling", "head"):
+    check_fields(cfg.loss, "loss", loss.entry.build, choices.get("loss"))
+    loss.build()  # each objective validates its own hyper-parameters (e.g. τ > 0); torch alone is imported so far
+    for group in ("pooling", "head"):  # their packages import transformers
         if cfg.get(group):
             check_fields(cfg[group], group, checked_part(group, cfg[group]).entry.build, choices.get(group))
-    check_fields(cfg.loss, "loss", loss.entry.build, choices.get("loss"))
-    loss.build()  # each objective validates its own hyper-parameters (e.g. τ > 0)
+    from sentemb.data.datamodule import check_data_fields
+    from sentemb.encoders.build import attach_head  # lightning and transformers: after the loss's own checks
+    from sentemb.encoders.models.decoders import warn_without_dropout
+    from sentemb.training.grad_cache import check_grad_cache
+    from sentemb.training.learnable import check_loss_width
+    from sentemb.training.module import check_warmup_ratio
+    from sentemb.training.sharding import check_sharding
+
     # every part registered with plain options, the pooling and head fit the backbone, adapter and model options
     parts = EncoderConfig.checked(cfg.model, cfg.pooling, cfg.get("head"), cfg.get("adapter"))
     heads = parts.pooling.options.get("num_heads")  # the latent pooling's heads must divide the width: a toy width
@@ -212,28 +280,19 @@ def check_parts(cfg: DictConfig) -> None:
     check_loss_width(resolved_container(cfg.loss), resolved_container(cfg.model), head, getattr(parts.head, "name", ""))
     if parts.model.decoder and (parts.head is None or parts.head.options.get("contrastive", True)):
         warn_without_dropout(parts.model.raw)  # MNTP alone trains without dropout on purpose
-    # every size before anything uses one: `data.batch_size=abc` is named here, not met by a comparison's TypeError
-    check_batching(cfg.data.get("batch_size"), cfg.data.get("max_length"), cfg.data.get("num_workers"))
-    check_trainer_sizes(cfg.trainer)
-    check_eval_settings(
-        cfg.eval.get("every_n_steps", 125), cfg.eval.get("batch_size", 128), cfg.eval.get("at_start", True)
-    )
     check_grad_cache(cfg.get("grad_cache"), cfg.data.batch_size)
     check_data_fields(cfg.data, is_labelled(cfg.data), choices.get("data"))  # a key the datamodule would not take
-    check_dup_rate(cfg.data.get("dup_rate", 0.0))
-    check_seed(cfg.get("seed"))
-    if "seed" in cfg.data:  # the shuffle's own generator: ${seed} unless set apart
-        check_seed(cfg.data.seed, "data.seed")
-    check_streaming(cfg.data, cfg.trainer)
     check_sharding(cfg)  # trainer=fsdp: several processes, a precision FSDP2 takes
     check_step_parts(cfg)
     check_warmup_ratio(resolved_container(cfg.get("scheduler")))
-    if cfg.get("optimized_metric"):  # a typo would otherwise surface only when the job ends
-        check_metric_name(cfg.optimized_metric)
 
 
 # the part kinds a step adds to the encoder and loss (training/module.py), each with the base its parts subclass
-STEP_PARTS = {"negatives": negatives.NegativesPart, "auxiliary": auxiliary.AuxiliaryTerm}
+# (by dotted path: both are torch modules, imported when a step part is checked)
+STEP_PARTS = {
+    "negatives": "sentemb.training.negatives.NegativesPart",
+    "auxiliary": "sentemb.training.auxiliary.AuxiliaryTerm",
+}
 
 
 def check_step_parts(cfg: DictConfig) -> None:
@@ -244,8 +303,13 @@ def check_step_parts(cfg: DictConfig) -> None:
     parts = {key: resolved_container(cfg.get(key)) for key in (*STEP_PARTS, "loss", "pooling", "adapter", "model")}
     trainer = {key: resolved_container(cfg.trainer.get(key)) for key in ("strategy", "devices")}
     run = {**parts, "trainer": trainer, "data": {"batch_size": cfg.data.get("batch_size")}}
-    for kind, base in STEP_PARTS.items():
+    from hydra.utils import get_class
+
+    from sentemb.encoders.part_configs import build_part
+
+    for kind, path in STEP_PARTS.items():
         if parts[kind]:
+            base = get_class(path)
             built = build_part(kind, parts[kind])
             if not isinstance(built, base):
                 raise SentembConfigError(

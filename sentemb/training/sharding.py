@@ -34,6 +34,7 @@ from torch import nn
 from sentemb.common.errors import SentembConfigError
 from sentemb.encoders.models.adapters import base_model
 from sentemb.training.checkpoints import GatheredCheckpoints
+from sentemb.training.sharding_checks import devices_asked  # noqa: F401 - importable here as before
 
 # this strategy's class path in conf/trainer/fsdp.yaml (trainer.strategy._target_)
 STRATEGY_TARGET = "sentemb.training.sharding.FullyShardedStrategy"
@@ -93,20 +94,6 @@ def check_sharding(cfg: Mapping[str, Any]) -> None:
             f"trainer.precision={precision} with trainer=fsdp: Lightning's ModelParallelStrategy takes "
             f"{', '.join(PRECISIONS)} (no GradScaler). Fix: trainer.precision=bf16-mixed (32-true on GPUs without bf16)"
         )
-
-
-def devices_asked(devices: Any) -> int:
-    """Processes per node that trainer.devices asks for; 0 where only Lightning knows ("auto", -1)."""
-    if isinstance(devices, bool) or devices is None:
-        return 0
-    if isinstance(devices, int):
-        return max(devices, 0)
-    if isinstance(devices, str):
-        text = devices.strip()
-        if "," in text:  # device indices, e.g. "0,1"
-            return len([part for part in text.split(",") if part.strip()])
-        return max(int(text), 0) if text.lstrip("-").isdigit() else 0
-    return len(list(devices))  # a list of device indices
 
 
 def transformer_layers(backbone: nn.Module) -> nn.ModuleList:
