@@ -11,7 +11,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from sentemb.common import hydra_plumbing  # noqa: F401 - registers conf/'s resolvers (${packaged_model:...})
+from sentemb.common import hydra_plumbing  # noqa: F401 - conf/'s resolvers (${packaged_model:...}) come with it
 from sentemb.common.command_line import checked_command_line
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.paths import CONF_DIR

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from sentemb.common import hydra_plumbing  # noqa: F401 - registers conf/'s resolvers (${packaged_model:...})
+from sentemb.common import hydra_plumbing  # noqa: F401 - conf/'s resolvers (${packaged_model:...}) come with it
 from sentemb.common.command_line import checked_command_line
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.file_values import read_json
