@@ -227,7 +227,7 @@ def test_a_streamed_file_shorter_than_a_batch_is_refused_naming_it(rows, tmp_pat
 
 def test_mntp_on_model_tiny_names_the_tiny_model_not_minilms_path(tmp_path, forbid_model_loading):
     with pytest.raises(SentembConfigError) as refused:
-        prepared(["head=mntp"], tmp_path)
+        prepared(["head=mntp", f"data.path={distinct(tmp_path, 16)}"], tmp_path)
     message = str(refused.value)
     assert "model=tiny-bert (model.backbone.name=tiny_bert, built in-process), an encoder" in message
     assert "minilm" not in message.lower().replace("model=minilm", "") and "Fix: " in message

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import sentemb.train
+import sentemb.training.trainer
 from sentemb.common.metric_names import (
     BEST_STEP,
     DEV_SPEARMAN,
@@ -42,10 +43,10 @@ def run(overrides: list[str], output_dir: Path) -> dict:
 
 def train_with(overrides: list[str], output_dir: Path, *callbacks: L.Callback) -> dict:
     """`run` with `callbacks` added to its Trainer (a run stopped after a step, a capture, a copy of a checkpoint)."""
-    build_trainer = sentemb.train.build_trainer
+    build_trainer = sentemb.training.trainer.build_trainer
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(
-            sentemb.train,
+        patch.setattr(  # train() imports it from its module when it runs
+            sentemb.training.trainer,
             "build_trainer",
             lambda cfg, extra_callbacks=(): build_trainer(cfg, [*extra_callbacks, *callbacks]),
         )
