@@ -15,7 +15,8 @@ from sentemb.common.errors import SentembConfigError
 from sentemb.common.paths import CONF_DIR
 from sentemb.common.process import configure_process
 from sentemb.encoders.models.backbones import check_model
-from sentemb.eval.suite import evaluate
+from sentemb.eval.suite import evaluate, refuse_empty_paths
+from sentemb.runs.job_files import command_folder
 
 
 @checked_command_line  # an unquoted non-ASCII override: named with its fix, before Hydra's lexer
@@ -23,9 +24,12 @@ from sentemb.eval.suite import evaluate
 def main(cfg: DictConfig) -> None:
     configure_process()
     try:
+        refuse_empty_paths(cfg)  # checkpoint= given empty: refused, never the default model evaluated instead
         if not cfg.get("checkpoint"):  # model= with pooling=: a mistyped folder is named before anything loads
             check_model(cfg.model)
-        evaluate(cfg, Path(HydraConfig.get().runtime.output_dir))
+        # the folder's lock, its subfolders never links, .hydra/evaluate/ and evaluate.log (docs/evaluation.md#folder)
+        with command_folder(cfg, HydraConfig.get(), "evaluate", ["wandb"] if cfg.get("wandb_run_id") else []):
+            evaluate(cfg, Path(HydraConfig.get().runtime.output_dir))
     except SentembConfigError as err:
         sys.exit(f"sentemb: {err}")
 

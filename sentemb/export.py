@@ -38,12 +38,12 @@ from typing import Any
 
 import hydra
 import torch
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from safetensors.torch import load_file, save_file
 
 from sentemb.common.command_line import checked_command_line
 from sentemb.common.errors import SentembConfigError
-from sentemb.common.file_values import read_json
 from sentemb.common.folder_lock import LOCK_NAME, FolderLock, enclosing_locks, take_folder_lock
 from sentemb.common.parts import NATIVE, TRAINS_ONLY, declared_part
 from sentemb.common.paths import CONF_DIR
@@ -57,15 +57,16 @@ from sentemb.encoders.poolings.encoder_poolings import CLSPooling, mlp_linear
 from sentemb.eval.deployed import ArtefactCheck
 from sentemb.eval.model_card import (
     adapter_usage,
-    beside_results,
     folder_usage,
     model_card,
     model_name,
+    own_results,
+    run_data,
     short,
     training_command,
 )
 from sentemb.eval.onnx_export import check_format, onnx_section
-from sentemb.eval.suite import RESULTS_SHAPE, evaluate, load_encoder, served_checkpoint
+from sentemb.eval.suite import RESULTS_SHAPE, evaluate, load_encoder, refuse_empty_paths, served_checkpoint
 from sentemb.eval.whitening import WhiteningCorpus
 from sentemb.eval.whitening_export import (
     check_whitening,
@@ -76,6 +77,7 @@ from sentemb.eval.whitening_export import (
     with_whitening,
     write_whitening_record,
 )
+from sentemb.runs.job_files import command_folder
 from sentemb.st_modules import EXPORT_CARD, FolderConfig, SentembEncoder, folder_model, save_sentemb_parts
 
 
@@ -136,6 +138,7 @@ def readable_by_all(folder: Path) -> None:
 
 
 def export(cfg: DictConfig) -> Path:
+    refuse_empty_paths(cfg)
     if not cfg.get("out"):
         raise SentembConfigError("out is not set. Fix: python -m sentemb.export checkpoint=<ckpt> out=<folder>")
     out = Path(cfg.out).expanduser()
@@ -235,10 +238,11 @@ def write_export(
     encoder, source, hparams = load_encoder(cfg, torch.device("cpu"), checkpoint)
     # the run's, for the card
     source.update({k: hparams[k] for k in ("adapter", "loss", "optimizer", "scheduler") if hparams.get(k)})
+    source["data"] = run_data(source.get("checkpoint"))  # the run's own data config: the card says how it trained
     name = model_name(source)
     commands = [*training_command(source.get("checkpoint")), "python -m sentemb.export " + " ".join(sys.argv[1:])]
-    results_path = beside_results(source.get("checkpoint"))
-    results = read_json(results_path, RESULTS_SHAPE) if results_path else None  # shown in the card: data only
+    # shown in the card (data only) where they scored this very checkpoint file; else a line says why not
+    results, left_out = own_results(source.get("checkpoint"), RESULTS_SHAPE)
     encoder, head = inference_parts(encoder.eval(), source.get("head"))
     if is_adapted(encoder.backbone) and not cfg.get("adapter_only"):  # the adapter's update added into the base
         encoder.backbone = merged(encoder.backbone)  # weights: a plain model
@@ -247,7 +251,7 @@ def write_export(
     if cfg.evaluate:  # whitening= and whitening_dim= pass on: the table scores the whitened embeddings
         defaults = OmegaConf.load(CONF_DIR / "eval.yaml")  # the evaluation's own settings
         eval_cfg = OmegaConf.merge({k: v for k, v in defaults.items() if k not in ("defaults", "hydra")}, cfg)
-        results = evaluate(eval_cfg, out / "eval")
+        results, left_out = evaluate(eval_cfg, out / "eval"), ""
         target = f"checkpoint={source['checkpoint']}" if source.get("checkpoint") else "model=... pooling=..."
         commands.append(f"python -m sentemb.evaluate {target} tasks=sts" + evaluate_whitening(cfg))
     if cfg.get("adapter_only"):
@@ -272,7 +276,7 @@ def write_export(
             )
             written += " with its ONNX graph"
     # the model card last: a folder holding it is a whole export (st_modules.check_whole_export)
-    publish_text(out / EXPORT_CARD, model_card(name, source, results, commands, usage, library))
+    publish_text(out / EXPORT_CARD, model_card(name, source, results, commands, usage, library, left_out))
     readable_by_all(out)
     return name, written
 
@@ -320,9 +324,11 @@ def write_adapter_folder(
 def main(cfg: DictConfig) -> None:
     configure_process()
     try:
+        refuse_empty_paths(cfg)  # checkpoint= given empty: refused, never the untrained default exported instead
         if not cfg.get("checkpoint"):  # model= with pooling=: a mistyped folder is named before anything loads
             check_model(cfg.model)
-        export(cfg)
+        with command_folder(cfg, HydraConfig.get(), "export"):  # its run folder's lock, .hydra/export/, export.log
+            export(cfg)
     except SentembConfigError as err:
         sys.exit(f"sentemb: {err}")
 

@@ -35,6 +35,7 @@ from sentemb.eval.figures import similarity_density_figure
 from sentemb.eval.geometry import alignment_uniformity, check_geometry_pairs
 from sentemb.eval.report import markdown_report
 from sentemb.eval.scorable import finite_record
+from sentemb.eval.scored_checkpoint import SCORED, checkpoint_identity
 from sentemb.eval.similarities import SIMILARITIES_NAME, write_similarities
 from sentemb.eval.sts import (
     STS_TASKS,
@@ -165,7 +166,25 @@ ONNX_RECIPE_SHAPE = Shape(
 ONNX_FIX = "Fix: export the folder again (python -m sentemb.export ... format=onnx)"
 
 
+# the keys naming a file or folder to read whose empty value would otherwise read as "not given": `checkpoint=` typed
+# with nothing after it would evaluate or export the default, untrained model in its place
+GIVEN_PATHS = ("checkpoint", "onnx", "whitening")
+
+
+def refuse_empty_paths(cfg: DictConfig) -> None:
+    """A path key given empty (`checkpoint=`) is refused, naming the key; leaving it out (null) is not given."""
+    for key in GIVEN_PATHS:
+        value = cfg.get(key)
+        if isinstance(value, str) and not value.strip():
+            raise SentembConfigError(
+                f"{key}= is given empty ({key}={value!r}): it names no file, and an empty value is not read as "
+                f"'not given' (the default model would be used in its place). Fix: {key}=<path>, or leave {key}= "
+                "out (null)"
+            )
+
+
 def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
+    refuse_empty_paths(cfg)
     if cfg.get("onnx") and cfg.get("checkpoint"):
         raise SentembConfigError(
             f"onnx={cfg.onnx} with checkpoint={cfg.checkpoint}: evaluate one of them. Fix: drop checkpoint= or onnx="
@@ -173,6 +192,8 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
     # BERT-whitening of the STS tasks: null, task, or a corpus file (read now); export checks both keys the same way
     whitening, whitening_dim = cfg.get("whitening"), cfg.get("whitening_dim")
     check_whitening_dim(whitening, whitening_dim)  # first: a bad key costs nothing else
+    # the file's identity before it is read: a file replaced meanwhile never passes for the one scored
+    scored = checkpoint_identity(cfg.checkpoint) if cfg.get("checkpoint") and is_file(cfg.checkpoint) else None
     checkpoint = served_checkpoint(cfg)  # first: a bad or mismatched checkpoint costs nothing else
     in_domain = run_in_domain_note(cfg.get("checkpoint"))  # its run's .hydra/config.yaml, read before the model loads
     tasks = resolve_tasks(cfg.tasks)
@@ -206,6 +227,8 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
         )
 
     results: dict[str, Any] = {"source": source, "tasks": tasks, "sentences_encoded": len(cache)}
+    if scored is not None:  # which file was scored: a model card shows these results only beside that file
+        results[SCORED] = scored
     if in_domain is not None:
         results["in_domain"] = in_domain
     results["intervals"] = resampling.as_dict()  # the STS intervals' and the transfer test sets' bootstrap
@@ -242,6 +265,10 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
     print("\n" + report + f"\n(written to {output_dir}/results.json and results.md)")
     log_to_wandb(results, cfg, output_dir)
     return results
+
+
+def is_file(path: str) -> bool:
+    return Path(path).expanduser().is_file()
 
 
 def run_in_domain_note(checkpoint: str | None) -> str | None:
