@@ -264,3 +264,44 @@ def test_evaluate_records_which_checkpoint_file_it_scored(tmp_path):
     saved = json.loads((tmp_path / "eval" / "results.json").read_text())
     assert saved[SCORED] == identity == {"path": os.path.abspath(checkpoint), "size": checkpoint.stat().st_size,
                                          "mtime_ns": checkpoint.stat().st_mtime_ns}  # fmt: skip
+
+
+# ---- the other writer commands: the sweep report and the analysis take their folder's lock too ----
+
+
+def test_a_sweep_report_into_a_folder_another_command_holds_is_refused_and_changes_nothing(hold_lock, tmp_path):
+    from sentemb.runs.sweeps import write_report
+    from tests.test_sweep import fake_sweep
+
+    fake_sweep(
+        tmp_path / "sweep", [({"optimizer.lr": "1e-5"}, 1, 80.0, "ok"), ({"optimizer.lr": "3e-5"}, 1, 81.0, "ok")]
+    )
+    live = hold_lock(tmp_path / "sweep")
+    before = tree(tmp_path / "sweep")
+    with pytest.raises(
+        SentembConfigError, match=rf"sweep \(its sweep report\) is in use by PID {live.pid} .*Fix: wait"
+    ):
+        write_report(tmp_path / "sweep")
+    assert tree(tmp_path / "sweep") == before
+
+
+def test_a_report_leaves_no_lock_file(tmp_path):
+    from sentemb.runs.sweeps import write_report
+    from tests.test_sweep import fake_sweep
+
+    fake_sweep(
+        tmp_path / "sweep", [({"optimizer.lr": "1e-5"}, 1, 80.0, "ok"), ({"optimizer.lr": "3e-5"}, 1, 81.0, "ok")]
+    )
+    write_report(tmp_path / "sweep")
+    assert (tmp_path / "sweep" / "sweep.md").is_file() and not (tmp_path / "sweep" / LOCK_NAME).exists()
+
+
+def test_a_simulation_into_a_live_runs_folder_is_refused_before_any_sampling(hold_lock, tmp_path):
+    from sentemb.analysis import simulate
+
+    (tmp_path / "run").mkdir()
+    live = hold_lock(tmp_path / "run")
+    before = tree(tmp_path / "run")
+    with pytest.raises(SentembConfigError, match=rf"--out .*figs \(inside .*run\) is in use by PID {live.pid} .*Fix:"):
+        simulate(tmp_path / "run" / "figs", grid=2, batches=1)
+    assert tree(tmp_path / "run") == before

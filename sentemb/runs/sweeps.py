@@ -38,6 +38,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.file_values import Shape, checked
+from sentemb.common.folder_lock import take_folder_lock
 from sentemb.common.metric_names import (
     BEST_STEP,
     DEV_SPEARMAN_BEST_RESCORED,
@@ -215,9 +216,20 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def write_report(sweep_dir: Path) -> dict[str, Any]:
-    """Read every job's metrics.json below `sweep_dir`, write the report files; returns what it wrote."""
+    """Read every job's metrics.json below `sweep_dir`, write the report files under the sweep folder's lock (a
+    second report at once is refused, naming the first); returns what it wrote."""
     sweep_dir = Path(sweep_dir)
-    rows, params = job_rows(sweep_dir)
+    rows, params = job_rows(sweep_dir)  # first: a folder without records is named as such, and nothing is made
+    lock = take_folder_lock(sweep_dir, f"{sweep_dir} (its sweep report)", "wait for that report to finish")
+    try:
+        lock.claim()
+        return write_locked_report(sweep_dir, rows, params)
+    finally:
+        lock.release(remove=lock.created, restore=True)  # a lock file this report made goes with it
+
+
+def write_locked_report(sweep_dir: Path, rows: list[dict[str, Any]], params: list[str]) -> dict[str, Any]:
+    """`write_report` once the sweep folder is this process's."""
     configs = configurations(rows, params)
     write_csv(sweep_dir / "sweep.csv", rows)
     optuna = optuna_report(sweep_dir)  # None: not an Optuna study, so a grid's figures
