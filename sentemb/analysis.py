@@ -33,6 +33,7 @@ import torch
 from tqdm import tqdm
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.folder_lock import enclosing_locks
 from sentemb.common.process import configure_process
 from sentemb.common.published_files import published
 from sentemb.eval.figures import save_figure
@@ -172,8 +173,16 @@ def simulate(
     out_dir: Path, grid: int = 100, batches: int = 1000, seed: int = 0, overwrite: bool = False
 ) -> dict[str, Path]:
     """Compute Figures 2–4's arrays and write the PNGs; returns the written paths. An `out_dir` that holds an
-    earlier simulation's outputs is refused (SentembConfigError) unless `overwrite`."""
+    earlier simulation's outputs is refused (SentembConfigError) unless `overwrite`; so is one that another live
+    command writes in (its own lock file, or a folder above it: a training run's), before the minutes of sampling."""
     check_out_dir(out_dir, overwrite)
+    # the locks of out_dir (where one is) and of the folders above it, held until the figures are written
+    with enclosing_locks(out_dir / "figures", f"--out {out_dir}", "wait for it to finish, or give another --out"):
+        return simulated(out_dir, grid, batches, seed)
+
+
+def simulated(out_dir: Path, grid: int, batches: int, seed: int) -> dict[str, Path]:
+    """`simulate` once `out_dir` is this command's."""
     import matplotlib.pyplot as plt  # main chose the file-only backend (sentemb.common.process)
 
     mu_pos = torch.linspace(math.pi / 20, math.pi / 2, grid, dtype=torch.float64)

@@ -13,10 +13,12 @@ from omegaconf import DictConfig
 
 from sentemb.common import hydra_plumbing  # noqa: F401 - conf/'s resolvers (${packaged_model:...}) come with it
 from sentemb.common.command_line import checked_command_line
+from sentemb.common.config_fields import refuse_empty_paths
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.paths import CONF_DIR
 from sentemb.common.process import configure_process
 from sentemb.encoders.checkpoint import check_checkpoint_file
+from sentemb.runs.job_files import command_folder
 
 
 def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
@@ -31,13 +33,16 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
 def main(cfg: DictConfig) -> None:
     configure_process()
     try:
+        refuse_empty_paths(cfg)  # checkpoint= given empty: refused, never the default model evaluated instead
         if cfg.get("checkpoint"):  # a missing or non-checkpoint file named before torch is imported
             check_checkpoint_file(cfg.checkpoint, "checkpoint")
         else:  # model= with pooling=: a mistyped folder is named before anything loads
             from sentemb.encoders.models.backbones import check_model  # transformers: once the config composed
 
             check_model(cfg.model)
-        evaluate(cfg, Path(HydraConfig.get().runtime.output_dir))
+        # the folder's lock, its subfolders never links, .hydra/evaluate/ and evaluate.log (docs/evaluation.md#folder)
+        with command_folder(cfg, HydraConfig.get(), "evaluate", ["wandb"] if cfg.get("wandb_run_id") else []):
+            evaluate(cfg, Path(HydraConfig.get().runtime.output_dir))
     except SentembConfigError as err:
         sys.exit(f"sentemb: {err}")
 

@@ -37,12 +37,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from sentemb.common import hydra_plumbing  # noqa: F401 - conf/'s resolvers (${packaged_model:...}) come with it
 from sentemb.common.command_line import checked_command_line
+from sentemb.common.config_fields import refuse_empty_paths
 from sentemb.common.errors import SentembConfigError
-from sentemb.common.file_values import read_json
 from sentemb.common.folder_lock import LOCK_NAME, FolderLock, enclosing_locks, take_folder_lock
 from sentemb.common.parts import NATIVE, TRAINS_ONLY, declared_part
 from sentemb.common.paths import CONF_DIR
@@ -50,6 +51,7 @@ from sentemb.common.process import configure_process
 from sentemb.common.published_files import exit_on_sigterm, publish_folder, publish_text, staging_folder
 from sentemb.encoders.checkpoint import check_checkpoint_file
 from sentemb.encoders.part_configs import is_decoder_config
+from sentemb.runs.job_files import command_folder
 
 # torch, transformers and sentence-transformers are imported in the functions that build the export, once Hydra has
 # composed the config and the checks that need none of them have passed (tests/test_fast_feedback.py)
@@ -125,6 +127,7 @@ def readable_by_all(folder: Path) -> None:
 
 
 def export(cfg: DictConfig) -> Path:
+    refuse_empty_paths(cfg)
     if not cfg.get("out"):
         raise SentembConfigError("out is not set. Fix: python -m sentemb.export checkpoint=<ckpt> out=<folder>")
     out = Path(cfg.out).expanduser()
@@ -230,10 +233,11 @@ def write_export(
     from sentemb.encoders.models.adapters import is_adapted, merged
     from sentemb.eval.model_card import (
         adapter_usage,
-        beside_results,
         folder_usage,
         model_card,
         model_name,
+        own_results,
+        run_data,
         short,
         training_command,
     )
@@ -252,10 +256,11 @@ def write_export(
     encoder, source, hparams = load_encoder(cfg, torch.device("cpu"), checkpoint)
     # the run's, for the card
     source.update({k: hparams[k] for k in ("adapter", "loss", "optimizer", "scheduler") if hparams.get(k)})
+    source["data"] = run_data(source.get("checkpoint"))  # the run's own data config: the card says how it trained
     name = model_name(source)
     commands = [*training_command(source.get("checkpoint")), "python -m sentemb.export " + " ".join(sys.argv[1:])]
-    results_path = beside_results(source.get("checkpoint"))
-    results = read_json(results_path, RESULTS_SHAPE) if results_path else None  # shown in the card: data only
+    # shown in the card (data only) where they scored this very checkpoint file; else a line says why not
+    results, left_out = own_results(source.get("checkpoint"), RESULTS_SHAPE)
     encoder, head = inference_parts(encoder.eval(), source.get("head"))
     if is_adapted(encoder.backbone) and not cfg.get("adapter_only"):  # the adapter's update added into the base
         encoder.backbone = merged(encoder.backbone)  # weights: a plain model
@@ -264,7 +269,7 @@ def write_export(
     if cfg.evaluate:  # whitening= and whitening_dim= pass on: the table scores the whitened embeddings
         defaults = OmegaConf.load(CONF_DIR / "eval.yaml")  # the evaluation's own settings
         eval_cfg = OmegaConf.merge({k: v for k, v in defaults.items() if k not in ("defaults", "hydra")}, cfg)
-        results = evaluate(eval_cfg, out / "eval")
+        results, left_out = evaluate(eval_cfg, out / "eval"), ""
         target = f"checkpoint={source['checkpoint']}" if source.get("checkpoint") else "model=... pooling=..."
         commands.append(f"python -m sentemb.evaluate {target} tasks=sts" + evaluate_whitening(cfg))
     if cfg.get("adapter_only"):
@@ -289,7 +294,7 @@ def write_export(
             )
             written += " with its ONNX graph"
     # the model card last: a folder holding it is a whole export (st_modules.check_whole_export)
-    publish_text(out / EXPORT_CARD, model_card(name, source, results, commands, usage, library))
+    publish_text(out / EXPORT_CARD, model_card(name, source, results, commands, usage, library, left_out))
     readable_by_all(out)
     return name, written
 
@@ -339,13 +344,15 @@ def write_adapter_folder(
 def main(cfg: DictConfig) -> None:
     configure_process()
     try:
+        refuse_empty_paths(cfg)  # checkpoint= given empty: refused, never the untrained default exported instead
         if cfg.get("checkpoint"):  # a missing or non-checkpoint file named before torch is imported
             check_checkpoint_file(cfg.checkpoint, "checkpoint")
         else:  # model= with pooling=: a mistyped folder is named before anything loads
             from sentemb.encoders.models.backbones import check_model  # transformers: once the config composed
 
             check_model(cfg.model)
-        export(cfg)
+        with command_folder(cfg, HydraConfig.get(), "export"):  # its run folder's lock, .hydra/export/, export.log
+            export(cfg)
     except SentembConfigError as err:
         sys.exit(f"sentemb: {err}")
 

@@ -21,7 +21,7 @@ import torch
 
 import sentemb
 from sentemb.common.errors import SentembConfigError
-from sentemb.common.file_values import Shape, checked, read_json, read_yaml
+from sentemb.common.file_values import Shape, checked, read_yaml
 from sentemb.common.hydra_plumbing import RESOLVERS, compose_config, resolved_container
 from sentemb.common.metric_names import BEST_STEP, DEV_SPEARMAN_BEST_RESCORED
 from sentemb.common.paths import CONF_DIR
@@ -435,9 +435,10 @@ def overrides_reader(tmp_path: Path) -> None:
 
 def results_reader(tmp_path: Path) -> None:
     write_text(tmp_path / "run" / "results.json", json.dumps({"sts": {"_target_": "os.system"}}))
+    from sentemb.eval.model_card import own_results
     from sentemb.eval.suite import RESULTS_SHAPE
 
-    read_json(tmp_path / "run" / "results.json", RESULTS_SHAPE)
+    own_results(str(tmp_path / "run" / "checkpoints" / "best.ckpt"), RESULTS_SHAPE)  # the card's: beside its checkpoint
 
 
 def evaluation_folder_reader(tmp_path: Path) -> None:
@@ -518,7 +519,7 @@ READERS = {
     ("sentemb/st_modules.py", "adapter_config"): adapter_config_reader,
     ("sentemb/encoders/checkpoint.py", "read_checkpoint"): checkpoint_reader,
     ("sentemb/eval/model_card.py", "training_command"): overrides_reader,
-    ("sentemb/export.py", "write_export"): results_reader,
+    ("sentemb/eval/model_card.py", "own_results"): results_reader,
     ("sentemb/runs/contenders.py", "evaluation_folder"): evaluation_folder_reader,
     ("sentemb/runs/optuna_study.py", "optuna_sweep"): optuna_reader,
     ("sentemb/runs/jobs.py", "swept_keys"): multirun_reader,
@@ -574,6 +575,10 @@ NOT_CONFIG = {  # files read that are not configuration, each with why the rule 
     "non-empty text or a finite score in range (file:line), never configuration",
     ("sentemb/data/labelled.py", "read_file"): "a labelled file's rows (LabelledFile.read): data, checked as above",
     ("sentemb/data/labelled.py", "read_labelled"): "a labelled file's rows (LabelledFile.read): data, checked as above",
+    ("sentemb/export.py", "write_export"): "conf/eval.yaml, sentemb's own shipped config (evaluate=true's settings); "
+    "the results.json beside a checkpoint is read by model_card.own_results",
+    ("sentemb/eval/model_card.py", "run_data"): "a run's .hydra/config.yaml (PyYAML's safe loader): its data node "
+    "alone, written into the model card as it was saved (yaml.safe_dump); nothing built, resolved or applied",
     ("sentemb/eval/suite.py", "run_in_domain_note"): "a run's .hydra/config.yaml (PyYAML's safe loader): its "
     "data.source alone, compared as a string with the built-in sets' names; nothing built, resolved or applied",
 }

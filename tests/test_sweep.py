@@ -306,3 +306,28 @@ def test_from_sweep_applies_the_winner_but_the_jobs_own_overrides_win(tmp_path):
 def test_report_of_a_directory_without_records_says_so(tmp_path, capsys):
     assert report_main([str(tmp_path)]) == 1
     assert f"{tmp_path}: no metrics.json below it" in capsys.readouterr().err
+
+
+def table_shapes(markdown: str) -> list[list[int]]:
+    """The cell count of each line of each markdown table in `markdown` (a table: consecutive lines starting `|`)."""
+    tables: list[list[int]] = []
+    previous = False
+    for line in markdown.splitlines():
+        row = line.startswith("|")
+        if row and not previous:
+            tables.append([])
+        if row:
+            tables[-1].append(len(line.strip().strip("|").split(" | ")))
+        previous = row
+    return tables
+
+
+@pytest.mark.parametrize("swept", [{}, {"optimizer.lr": "1e-5"}], ids=["seeds-only", "one-key"])
+def test_the_report_tables_have_as_many_cells_in_every_line_for_a_sweep_over_seeds_alone_too(swept, tmp_path):
+    other = {k: "3e-5" for k in swept}  # a normal sweep: a second value of the key
+    fake_sweep(tmp_path, [(swept, 1, 80.0, "ok"), (swept, 2, 82.0, "ok"), (other, 3, None, "failed")])
+    tables = table_shapes(write_report(tmp_path)["markdown"])
+    width = 7 + len(swept)  # rank, the swept keys, best dev, test, best step, n, seeds, vs best
+    assert tables[0] == [width] * (2 + len(configurations(*job_rows(tmp_path))))
+    assert tables[-1] == [4 + len(swept)] * 3, "the failed jobs' table: job, the swept keys, seed, status, message"
+    assert "|  |" not in write_report(tmp_path)["markdown"], "no empty cell where no key was swept"

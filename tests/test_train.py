@@ -239,6 +239,15 @@ def test_wandb_offline_run_has_metrics_and_config(tiny_overrides, tmp_path, monk
     assert any("train/loss" in row for row in history)
 
 
+def test_wandb_mode_disabled_writes_no_wandb_run(tiny_overrides, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")  # the user's word: no W&B at all, not an offline run
+    overrides = [o for o in tiny_overrides if not o.startswith("logger=")] + ["logger=wandb", "trainer.max_steps=2"]
+    assert compose_train(overrides, tmp_path).logger.wandb.mode == "disabled"
+    metrics = run(overrides, tmp_path)
+    assert metrics[TEST_SPEARMAN] is not None, "the run trains and is scored as before"
+    assert not (tmp_path / "wandb").exists(), "no wandb/ folder, offline run or other"
+
+
 def wait_for_flush(log: Path, last_metric: str, timeout: float = 30.0) -> tuple[dict, list[dict]]:
     """W&B's service may still be writing the log after wandb.finish() returns: wait for the last metric."""
     # imported here: this module's `run` serves tests/test_gpu.py on GPU machines that have no wandb

@@ -49,3 +49,20 @@ def pick_advice(group: str, fields: list[str]) -> str:
     if not found:
         return f"no {group}= option has all of {', '.join(fields)} (a typo?)"
     return f"a {group} with {', '.join(fields)}: {group}={' / '.join(found)}"
+
+
+# the keys naming a file or folder to read whose empty value would otherwise read as "not given": `checkpoint=` typed
+# with nothing after it would evaluate or export the default, untrained model in its place
+GIVEN_PATHS = ("checkpoint", "onnx", "whitening")
+
+
+def refuse_empty_paths(cfg: DictConfig) -> None:
+    """A path key given empty (`checkpoint=`) is refused, naming the key; leaving it out (null) is not given."""
+    for key in GIVEN_PATHS:
+        value = cfg.get(key)
+        if isinstance(value, str) and not value.strip():
+            raise SentembConfigError(
+                f"{key}= is given empty ({key}={value!r}): it names no file, and an empty value is not read as "
+                f"'not given' (the default model would be used in its place). Fix: {key}=<path>, or leave {key}= "
+                "out (null)"
+            )

@@ -74,8 +74,23 @@ class FolderLock:
                 os.ftruncate(self.fd, 0)
                 os.pwrite(self.fd, self.found, 0)
         finally:
+            HELD.pop(self.fd, None)
             os.close(self.fd)  # drops the lock
             self.fd = None
+
+
+# the lock files this process holds (descriptor: (device, inode)): opening and closing one again would drop its lock,
+# so a folder this process holds is never locked again by it (`holds`)
+HELD: dict[int, tuple[int, int]] = {}
+
+
+def holds(path: Path) -> bool:
+    """This process holds the lock file at `path` already."""
+    try:
+        found = os.lstat(path)
+    except OSError:
+        return False
+    return (found.st_dev, found.st_ino) in HELD.values()
 
 
 def this_command() -> str:
@@ -91,6 +106,11 @@ def take_folder_lock(folder: Path, named: str, fix: str, wait_s: float = 0.0) ->
     live process holds raises SentembConfigError naming that process, the folder as `named` (with the setting that
     chose it) and `fix`."""
     path = folder / LOCK_NAME
+    if holds(path):  # this very command writes there already (e.g. an export's out= inside its own hydra.run.dir)
+        raise SentembConfigError(
+            f"{named} is the folder this command already writes its own files in, which it cannot hand to a second "
+            f"writer. Fix: {fix}"
+        )
     deadline = time.monotonic() + wait_s
     replaced = 0  # rounds that found the locked file gone from the path: bounded, so a loop cannot spin
     while True:
@@ -116,6 +136,8 @@ def take_folder_lock(folder: Path, named: str, fix: str, wait_s: float = 0.0) ->
                 f"without writing anything. Fix: {fix}"
             ) from None
         if is_current(fd, path):
+            found = os.fstat(fd)
+            HELD[fd] = (found.st_dev, found.st_ino)
             return FolderLock(path, fd, created)
         os.close(fd)  # its holder removed that file after this process opened it: lock the one at the path now
         replaced += 1
@@ -134,7 +156,7 @@ def enclosing_locks(path: Path, named: str, fix: str) -> Iterator[list[FolderLoc
     held: list[FolderLock] = []
     try:
         for folder in Path(os.path.abspath(path)).parents:
-            if os.path.lexists(folder / LOCK_NAME):
+            if os.path.lexists(folder / LOCK_NAME) and not holds(folder / LOCK_NAME):  # one of its own: held
                 held.append(take_folder_lock(folder, f"{named} (inside {folder})", fix))
         yield held
     finally:

@@ -12,10 +12,11 @@ from typing import Any
 import yaml
 
 from sentemb.common.errors import SentembConfigError
-from sentemb.common.file_values import Shape, read_yaml
+from sentemb.common.file_values import Shape, parse_yaml, read_json, read_yaml
 from sentemb.encoders.checkpoint import current_part, model_label
 from sentemb.encoders.part_configs import is_decoder_config
 from sentemb.eval.report import markdown_report
+from sentemb.eval.scored_checkpoint import why_not_scored
 
 
 def model_name(source: dict[str, Any]) -> str:
@@ -37,6 +38,19 @@ def short(kind: str, node: dict[str, Any]) -> str:
     return str(current_part(kind, node).get("name") or "?").rsplit(".", 1)[-1]
 
 
+def own_results(checkpoint: str | None, shape: Shape) -> tuple[dict[str, Any] | None, str]:
+    """The `results.json` beside the checkpoint (`beside_results`) if it scored this very checkpoint file, read
+    with `shape`; else (None, why it is left out: '' where there is none)."""
+    path = beside_results(checkpoint)
+    if path is None:
+        return None, ""
+    results = read_json(path, shape)
+    why = why_not_scored(results, checkpoint) if isinstance(results, dict) else "it is not a JSON object"
+    if why:
+        return None, f"`{path}` is left out: {why}."
+    return results, ""
+
+
 def beside_results(checkpoint: str | None) -> Path | None:
     """`results.json` of a sentemb.evaluate run kept next to the checkpoint (its folder or its run folder)."""
     if not checkpoint:
@@ -54,18 +68,21 @@ def model_card(
     commands: list[str],
     usage: list[str],
     library: str = "sentence-transformers",
+    left_out: str = "",
 ) -> str:
-    """README.md of an exported folder: `usage`, how to load it (`folder_usage` or `adapter_usage`)."""
-    parts = ("model", "pooling", "head", "adapter", "loss", "optimizer", "scheduler")
+    """README.md of an exported folder: `usage`, how to load it (`folder_usage` or `adapter_usage`); `left_out`: why
+    the results beside the checkpoint are not shown (another checkpoint's)."""
+    parts = ("model", "pooling", "head", "adapter", "loss", "optimizer", "scheduler", "data")
     config = {k: source[k] for k in parts if source.get(k)}
     trained = bool(source.get("checkpoint"))
     pooling = short("pooling", source["pooling"])
     about = (
-        "A sentence encoder trained with sentemb (unsupervised contrastive sentence embeddings)."
+        training_about(source)
         if trained
         else f"An untrained encoder: {model_label(source['model'])} with {pooling} pooling as loaded, "
         "exported by sentemb without training (a baseline)."
     )
+    not_shown = [left_out, ""] if left_out else []
     lines = [
         "---",
         f"library_name: {library}",
@@ -81,6 +98,7 @@ def model_card(
         "",
         "## STS (Spearman x100, SentEval protocol)",
         "",
+        *not_shown,
         demoted(markdown_report(results))
         if results
         else "Not evaluated: `python -m sentemb.export ... evaluate=true`.",
@@ -98,6 +116,37 @@ def model_card(
         "```",
     ]
     return "\n".join(lines) + "\n"
+
+
+def training_about(source: dict[str, Any]) -> str:
+    """How the checkpoint trained, from its run's own config: its loss and its data (labelled or raw sentences)."""
+    loss = f"loss `{short('loss', source['loss'])}`" if source.get("loss") else "an unrecorded loss"
+    data = source.get("data")
+    if not isinstance(data, dict):
+        return (
+            f"A sentence encoder trained with sentemb ({loss}); its training data are not known: its run folder "
+            "holds no .hydra/config.yaml."
+        )
+    if data.get("corpus") is not None:
+        return (
+            f"A sentence encoder trained with sentemb without labels ({loss} on unlabelled sentences, "
+            f"`data.corpus: {data['corpus']}`): unsupervised sentence embeddings."
+        )
+    where = f"data.source: {data.get('source')}" + (f", data.path: {data['path']}" if data.get("path") else "")
+    return f"A sentence encoder trained with sentemb on labelled data ({loss}, `{where}`): supervised."
+
+
+def run_data(checkpoint: str | None) -> dict[str, Any] | None:
+    """The training data config of the checkpoint's run, from its `.hydra/config.yaml` beside checkpoints/ (shown
+    in the card as written, never applied); None without that file."""
+    if not checkpoint:
+        return None
+    config = Path(checkpoint).parent.parent / ".hydra" / "config.yaml"
+    if not config.is_file():
+        return None
+    composed = parse_yaml(config, HYDRA_FILES_FIX)
+    data = composed.get("data") if isinstance(composed, dict) else None
+    return data if isinstance(data, dict) else None
 
 
 def attention_note(model: dict[str, Any], adapter_folder: bool = False) -> list[str]:

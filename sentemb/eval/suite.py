@@ -18,6 +18,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from sentemb.common.config_fields import refuse_empty_paths
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.file_values import Shape, parse_yaml, read_json
 from sentemb.common.hydra_plumbing import part_name, resolved_container
@@ -36,6 +37,7 @@ from sentemb.eval.figures import similarity_density_figure
 from sentemb.eval.geometry import alignment_uniformity, check_geometry_pairs
 from sentemb.eval.report import markdown_report
 from sentemb.eval.scorable import finite_record
+from sentemb.eval.scored_checkpoint import SCORED, checkpoint_identity
 from sentemb.eval.similarities import SIMILARITIES_NAME, write_similarities
 from sentemb.eval.sts import (
     STS_TASKS,
@@ -187,6 +189,7 @@ def check_evaluation_sizes(cfg: DictConfig) -> None:
 
 
 def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
+    refuse_empty_paths(cfg)
     check_evaluation_sizes(cfg)
     if cfg.get("onnx") and cfg.get("checkpoint"):
         raise SentembConfigError(
@@ -195,6 +198,8 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
     # BERT-whitening of the STS tasks: null, task, or a corpus file (read now); export checks both keys the same way
     whitening, whitening_dim = cfg.get("whitening"), cfg.get("whitening_dim")
     check_whitening_dim(whitening, whitening_dim)  # first: a bad key costs nothing else
+    # the file's identity before it is read: a file replaced meanwhile never passes for the one scored
+    scored = checkpoint_identity(cfg.checkpoint) if cfg.get("checkpoint") and is_file(cfg.checkpoint) else None
     checkpoint = served_checkpoint(cfg)  # first: a bad or mismatched checkpoint costs nothing else
     in_domain = run_in_domain_note(cfg.get("checkpoint"))  # its run's .hydra/config.yaml, read before the model loads
     tasks = resolve_tasks(cfg.tasks)
@@ -228,6 +233,8 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
         )
 
     results: dict[str, Any] = {"source": source, "tasks": tasks, "sentences_encoded": len(cache)}
+    if scored is not None:  # which file was scored: a model card shows these results only beside that file
+        results[SCORED] = scored
     if in_domain is not None:
         results["in_domain"] = in_domain
     results["intervals"] = resampling.as_dict()  # the STS intervals' and the transfer test sets' bootstrap
@@ -264,6 +271,10 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
     print("\n" + report + f"\n(written to {output_dir}/results.json and results.md)")
     log_to_wandb(results, cfg, output_dir)
     return results
+
+
+def is_file(path: str) -> bool:
+    return Path(path).expanduser().is_file()
 
 
 def run_in_domain_note(checkpoint: str | None) -> str | None:

@@ -2,14 +2,22 @@
 
 conf/train.yaml turns both off in Hydra (which would write them before the job decides whether it
 runs at all), so a refused or skipped job changes no byte of a finished run's directory; the job
-writes them here once it is accepted (sentemb.runs.lifecycle).
+writes them here once it is accepted (sentemb.runs.lifecycle). conf/eval.yaml and conf/export.yaml turn
+them off too: sentemb.evaluate and sentemb.export write theirs here (`command_folder`), under the folder's
+lock and under their own names (`.hydra/evaluate/`, `.hydra/export/`), so that an evaluation in a training
+run's folder never replaces the training's `.hydra/` files.
+
+Nothing here, Hydra or a logger writes through a link it did not make: a folder they write into below a
+run directory (`.hydra`, `checkpoints`, `csv`, `wandb`, ...) that is a symbolic link, or not a folder, is
+refused before anything is written (`check_folders`), since `mkdir(exist_ok=True)` accepts a link.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+import shlex
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
@@ -17,14 +25,17 @@ from typing import IO
 from omegaconf import DictConfig, OmegaConf
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.folder_lock import FolderLock, take_folder_lock
 from sentemb.common.published_files import open_for_append, publish_text
 
 HYDRA_SUBDIR = ".hydra"  # where Hydra's run_job would save the job's config (its hydra.output_subdir default)
 HYDRA_LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # Hydra's default job_logging format
 
 
-def save_hydra_files(cfg: DictConfig, hydra_cfg: DictConfig | None, output_dir: Path) -> None:
-    """<run>/.hydra/{config,hydra,overrides}.yaml as Hydra's run_job writes them (hydra.core.utils._save_config).
+def save_hydra_files(
+    cfg: DictConfig, hydra_cfg: DictConfig | None, output_dir: Path, subdir: str = HYDRA_SUBDIR
+) -> None:
+    """<run>/<subdir>/{config,hydra,overrides}.yaml as Hydra's run_job writes them (hydra.core.utils._save_config).
 
     conf/train.yaml sets hydra.output_subdir: null, since Hydra writes them before the job runs, over a finished
     run's files even when the job is then refused; a user's own hydra.output_subdir means Hydra wrote them already.
@@ -37,7 +48,7 @@ def save_hydra_files(cfg: DictConfig, hydra_cfg: DictConfig | None, output_dir: 
         "hydra.yaml": OmegaConf.create({"hydra": hydra_cfg}),
         "overrides.yaml": hydra_cfg.overrides.task,
     }
-    folder = output_dir / HYDRA_SUBDIR
+    folder = output_dir / subdir
     folder.mkdir(parents=True, exist_ok=True)
     for name, node in files.items():
         publish_text(folder / name, OmegaConf.to_yaml(node))
@@ -77,3 +88,68 @@ def job_log(output_dir: Path, hydra_cfg: DictConfig | None) -> Iterator[None]:
     finally:
         root.removeHandler(handler)
         handler.close()
+
+
+def check_folders(root: Path, folders: Mapping[Path, str]) -> None:
+    """Each folder in `folders` (its path: who writes there), and every folder between `root` and it, absent or a
+    real folder: a symbolic link (which mkdir(exist_ok=True), Hydra and the loggers follow) or a file is refused,
+    naming it, before anything is written."""
+    for folder, writer in folders.items():
+        inside = Path(os.path.relpath(os.path.abspath(folder), os.path.abspath(root))).parts
+        steps = [root.joinpath(*inside[:n]) for n in range(1, len(inside) + 1)] if ".." not in inside else [folder]
+        for path in steps:
+            what = not_a_folder(path)
+            if what:
+                raise SentembConfigError(
+                    f"{path} is {what}: {writer} writes into it, and sentemb never writes through a link it did not "
+                    f"make nor over a file; nothing was written. Fix: remove it (rm {shlex.quote(str(path))}): "
+                    "sentemb makes the folder itself; or pass another hydra.run.dir"
+                )
+
+
+def not_a_folder(path: Path) -> str:
+    """What stands at `path` where a folder should be, in words ('' for a real folder or nothing)."""
+    if path.is_symlink():
+        return f"a symbolic link (to {os.readlink(path)})"
+    if path.exists() and not path.is_dir():
+        return "a file, not a folder"
+    return ""
+
+
+def logger_folders(loggers: Mapping[str, DictConfig] | None) -> dict[Path, str]:
+    """The folders a training's loggers write into: each one's save_dir and what it makes there (W&B: `wandb/`;
+    CSV, TensorBoard: `<name>/`)."""
+    folders: dict[Path, str] = {}
+    for key, node in (loggers or {}).items():
+        if not node or not node.get("save_dir"):
+            continue
+        save_dir = Path(str(node.save_dir))
+        folders[save_dir] = f"logger.{key}"
+        inner = "wandb" if str(node.get("_target_", "")).endswith("WandbLogger") else node.get("name")
+        if inner:
+            folders[save_dir / str(inner)] = f"logger.{key}"
+    return folders
+
+
+@contextmanager
+def command_folder(
+    cfg: DictConfig, hydra_cfg: DictConfig, command: str, folders: Iterable[str] = (), fix: str = ""
+) -> Iterator[FolderLock]:
+    """The run folder of a command other than training (sentemb.evaluate, sentemb.export: Hydra's output dir), for
+    the command's duration: its lock taken (a folder a live command writes in is refused, naming it, before
+    anything is written), `folders` (relative: what the command writes into) and its own `.hydra/<command>/`
+    checked, its Hydra files written there and its `<command>.log` opened. The lock file goes at the end if this
+    command made it; a lock file it found (a training run's) gets back what it held."""
+    output_dir = Path(str(hydra_cfg.runtime.output_dir))
+    output_dir.mkdir(parents=True, exist_ok=True)  # Hydra has made it already; the lock file lives in it
+    own = f"{HYDRA_SUBDIR}/{command}"
+    lock = take_folder_lock(output_dir, f"hydra.run.dir={output_dir}", fix or "wait for it to finish, or pass "
+                            "another hydra.run.dir=...")  # fmt: skip
+    try:
+        check_folders(output_dir, {output_dir / name: f"sentemb.{command}" for name in (own, *folders)})
+        lock.claim()
+        save_hydra_files(cfg, hydra_cfg, output_dir, own)
+        with job_log(output_dir, hydra_cfg):
+            yield lock
+    finally:
+        lock.release(remove=lock.created, restore=True)

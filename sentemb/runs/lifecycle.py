@@ -28,7 +28,7 @@ from sentemb.common.folder_lock import FolderLock, take_folder_lock
 from sentemb.common.metric_names import read_metric
 from sentemb.common.paths import absolute_data_paths
 from sentemb.runs.ddp_jobs import launch_ranks, needs_rank_launch, process_rank
-from sentemb.runs.job_files import job_log, save_hydra_files
+from sentemb.runs.job_files import HYDRA_SUBDIR, check_folders, job_log, logger_folders, save_hydra_files
 from sentemb.runs.job_outcome import recorded_job
 from sentemb.runs.jobs import current_hydra, is_multirun, job_overrides
 from sentemb.runs.rerun_policy import Restart, plan_restart, set_old_checkpoints_aside
@@ -113,6 +113,7 @@ def run_locked(cfg: DictConfig, hydra_cfg: DictConfig | None, train: Recipe, loc
     """The job once its run directory is this process's (or its job's, for a rank worker)."""
     output_dir, rank0 = Path(cfg.paths.output_dir), process_rank() == 0
     try:  # before anything is written: a bad checkpoint or a foreign run directory leaves the directory as it was
+        check_folders(output_dir, written_folders(cfg, output_dir))  # a link planted there is never written through
         restart = None if cfg.get("ckpt_path") or cfg.get("ddp_worker") else plan(cfg, hydra_cfg)
     except SentembConfigError as err:
         return refuse(err, hydra_cfg)
@@ -131,6 +132,14 @@ def run_locked(cfg: DictConfig, hydra_cfg: DictConfig | None, train: Recipe, loc
         if restart is not None:
             start(restart, output_dir, rank0)
         return run_accepted(cfg, hydra_cfg, restart, rank0, train)
+
+
+def written_folders(cfg: DictConfig, output_dir: Path) -> dict[Path, str]:
+    """The folders a training job writes into (its path: who writes there): .hydra/, its checkpoints' folder and its
+    loggers' (`logger_folders`)."""
+    checkpoints = Path(checkpoint_dir(cfg.get("ckpt_path"), output_dir))
+    folders = {output_dir / HYDRA_SUBDIR: "sentemb.train (Hydra's files)", checkpoints: "sentemb.train (checkpoints)"}
+    return folders | logger_folders(cfg.get("logger"))
 
 
 def run_accepted(

@@ -36,6 +36,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.file_values import Shape, checked
+from sentemb.common.folder_lock import take_folder_lock
 from sentemb.common.metric_names import (
     BEST_STEP,
     DEV_SPEARMAN_BEST_RESCORED,
@@ -153,17 +154,13 @@ def markdown(
         f"Swept: {', '.join(f'`{p}`' for p in params) or 'nothing but the seed'}. "
         "STS-B Spearman ×100 of each job's best dev checkpoint; mean ± std over seeds.",
         "",
-        "| rank | " + " | ".join(params) + " | best dev | test | best step | n | seeds | vs best (paired t, dev) |",
-        "|---|" + "---|" * len(params) + "---|---|---|---|---|---|",
+        *table_head(["rank", *params, "best dev", "test", "best step", "n", "seeds", "vs best (paired t, dev)"]),
     ]
     for rank, c in enumerate(configs, start=1):
-        cells = [readable(c[p]) for p in params]
-        lines.append(
-            f"| {rank} | " + " | ".join(cells) + f" | {_pm(c['dev_mean'], c['dev_std'])} | "
-            f"{_pm(c['test_mean'], c['test_std'])} | {c['step_mean']:.0f} | {c['n']} | "
-            + ", ".join(str(s) for s in c["seeds"])
-            + f" | {versus_best(list(tests), c, params)} |"
-        )
+        cells = [str(rank), *(readable(c[p]) for p in params), _pm(c["dev_mean"], c["dev_std"])]
+        cells += [_pm(c["test_mean"], c["test_std"]), f"{c['step_mean']:.0f}", str(c["n"])]
+        cells += [", ".join(str(s) for s in c["seeds"]), versus_best(list(tests), c, params)]
+        lines.append(table_row(cells))
     lines.append("")
     lines += tests_note(configs, tests)
     noise, dof = pooled_seed_std(configs)
@@ -187,19 +184,24 @@ def markdown(
             "",
             "## Failed, diverged and unfinished jobs",
             "",
-            "| job | " + " | ".join(params) + " | seed | status | message |",
+            *table_head(["job", *params, "seed", "status", "message"]),
         ]
-        lines.append("|---|" + "---|" * len(params) + "---|---|---|")
         for r in bad:
             message = str(r["message"]).replace("|", "\\|").replace("\n", " ")[:300]
-            lines.append(
-                f"| {r['job']} | "
-                + " | ".join(readable(r[p]) for p in params)
-                + f" | {r['seed']} | {r['status']} | {message} |"
-            )
+            lines.append(table_row([r["job"], *(readable(r[p]) for p in params), str(r["seed"]), r["status"], message]))
     if notes:
         lines += ["", "## Optuna study", "", *(f"- {note}" for note in notes)]
     return "\n".join(lines) + "\n"
+
+
+def table_head(columns: list[str]) -> list[str]:
+    """A markdown table's header and separator lines, one cell per column (a sweep over seeds alone has no
+    parameter columns: none is left empty)."""
+    return [table_row(columns), table_row(["---"] * len(columns))]
+
+
+def table_row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
 
 
 def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -212,9 +214,20 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def write_report(sweep_dir: Path) -> dict[str, Any]:
-    """Read every job's metrics.json below `sweep_dir`, write the report files; returns what it wrote."""
+    """Read every job's metrics.json below `sweep_dir`, write the report files under the sweep folder's lock (a
+    second report at once is refused, naming the first); returns what it wrote."""
     sweep_dir = Path(sweep_dir)
-    rows, params = job_rows(sweep_dir)
+    rows, params = job_rows(sweep_dir)  # first: a folder without records is named as such, and nothing is made
+    lock = take_folder_lock(sweep_dir, f"{sweep_dir} (its sweep report)", "wait for that report to finish")
+    try:
+        lock.claim()
+        return write_locked_report(sweep_dir, rows, params)
+    finally:
+        lock.release(remove=lock.created, restore=True)  # a lock file this report made goes with it
+
+
+def write_locked_report(sweep_dir: Path, rows: list[dict[str, Any]], params: list[str]) -> dict[str, Any]:
+    """`write_report` once the sweep folder is this process's."""
     configs = configurations(rows, params)
     write_csv(sweep_dir / "sweep.csv", rows)
     optuna = optuna_report(sweep_dir)  # None: not an Optuna study, so a grid's figures
