@@ -216,12 +216,13 @@ def test_without_a_checkpoint_callback_the_final_weights_are_scored_and_named_so
     assert "the final weights were scored, not the best" in out
 
 
-def test_evaluation_at_the_last_batch_of_the_epoch(small_corpus, tmp_path):
+def test_evaluation_at_the_last_batch_of_the_epoch(small_corpus, small_stsb, tmp_path):
     # 302 lines, 300 sentences, batch 64: 5 steps; cadence 3 -> evaluations at step 3 and at the end (5)
     overrides = [
         "model=tiny",
         "logger=csv",
         f"data.corpus={small_corpus}",
+        f"eval.stsb_dir={small_stsb}",  # when it scores, not what: 200 pairs
         "eval.every_n_steps=3",
         "eval.at_start=false",
     ]
