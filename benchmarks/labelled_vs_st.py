@@ -51,7 +51,7 @@ from sentemb.eval.significance import paired_t_test, t_interval  # noqa: E402
 from sentemb.eval.sts import load_sts_task, pairwise_cosine  # noqa: E402
 
 MINILM = ["pooling=mean", "data.batch_size=16", "data.max_length=128", "optimizer.lr=2e-5",
-          "optimizer.weight_decay=0.01", "+scheduler.warmup_ratio=0.1"]  # fmt: skip
+          "optimizer.weight_decay=0.01", "scheduler.warmup_ratio=0.1"]  # fmt: skip
 # no dev evaluation while training (the final weights are scored), CSV logs, STS-B test after training
 RUN = ["callbacks=none", "logger=csv", "eval.at_start=false", "eval.every_n_steps=100000"]
 JOBS = {

@@ -40,23 +40,34 @@ def compose_train(overrides: list[str], output_dir: Path | None = None) -> DictC
     return compose_config(CONF_DIR, "train", overrides, output_dir)
 
 
-@pytest.fixture
-def small_corpus(tmp_path: Path, data_root: Path) -> Path:
-    """The first 300 sentences of the wiki sample, with two blank lines mixed in."""
+def write_small_corpus(folder: Path, data_root: Path) -> Path:
+    """The first 300 sentences of the wiki sample, with two blank lines mixed in, as <folder>/corpus.txt."""
     lines = (data_root / "wiki" / "wiki1m_head.txt").read_text(encoding="utf-8").splitlines()[:300]
     lines[10:10] = ["", "   "]
-    path = tmp_path / "corpus.txt"
+    path = folder / "corpus.txt"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
 
 
-@pytest.fixture
-def tiny_overrides(small_corpus: Path) -> list[str]:
-    """A seconds-long training job: tiny BERT, small corpus, CSV logs, dev evaluation every 2 steps."""
+def write_small_stsb(folder: Path, data_root: Path) -> Path:
+    """The first 200 pairs of STS-B dev and test in <folder>/stsb."""
+    source = data_root / "senteval" / "downstream" / "STS" / "STSBenchmark"
+    stsb = folder / "stsb"
+    stsb.mkdir()
+    for split in ("dev", "test"):
+        lines = (source / f"sts-{split}.csv").read_text(encoding="utf-8").splitlines(keepends=True)[:200]
+        (stsb / f"sts-{split}.csv").write_text("".join(lines), encoding="utf-8")
+    return stsb
+
+
+def tiny_job(corpus: Path, stsb: Path) -> list[str]:
+    """A seconds-long training job: tiny BERT, `corpus`, CSV logs, dev evaluation every 2 steps on `stsb`'s 200 pairs
+    of STS-B dev (and the final test on its 200 of STS-B test): scoring the full sets was most of such a run's time."""
     return [
         "model=tiny",
         "logger=csv",
-        f"data.corpus={small_corpus}",
+        f"data.corpus={corpus}",
+        f"eval.stsb_dir={stsb}",
         "data.batch_size=16",
         "trainer.max_steps=4",
         "eval.every_n_steps=2",
@@ -66,15 +77,21 @@ def tiny_overrides(small_corpus: Path) -> list[str]:
 
 
 @pytest.fixture
+def small_corpus(tmp_path: Path, data_root: Path) -> Path:
+    """The first 300 sentences of the wiki sample, with two blank lines mixed in."""
+    return write_small_corpus(tmp_path, data_root)
+
+
+@pytest.fixture
+def tiny_overrides(small_corpus: Path, small_stsb: Path) -> list[str]:
+    """`tiny_job` on this test's small corpus and small STS-B."""
+    return tiny_job(small_corpus, small_stsb)
+
+
+@pytest.fixture
 def small_stsb(tmp_path: Path, data_root: Path) -> Path:
     """The first 200 pairs of STS-B dev and test: for runs that score dev often, not for the scores themselves."""
-    source = data_root / "senteval" / "downstream" / "STS" / "STSBenchmark"
-    folder = tmp_path / "stsb"
-    folder.mkdir()
-    for split in ("dev", "test"):
-        lines = (source / f"sts-{split}.csv").read_text(encoding="utf-8").splitlines(keepends=True)[:200]
-        (folder / f"sts-{split}.csv").write_text("".join(lines), encoding="utf-8")
-    return folder
+    return write_small_stsb(tmp_path, data_root)
 
 
 @pytest.fixture

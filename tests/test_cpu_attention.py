@@ -6,11 +6,18 @@ the AVX-512 kernels). `guard_cpu_attention` probes that kernel where the kernels
 SDPA to its math backend if it fails. The first test runs the real bf16 paths on this machine's kernels (on such a
 Xeon under the override it is the finding itself); the others stand in for that machine: SDPA replaced by one that
 raises torch's error wherever the flash backend would run bf16 over 64+ tokens, as the Xeon's does.
+
+On such a Xeon the guard has already fired when these tests run (importing sentemb's attention probes once a
+process), so the flash switch is off before the first test. Each test therefore sets the switch it assumes and
+puts it back afterwards, and every test runs twice here: in a process as this machine leaves it and in one where
+the guard has fired (the switch turned off as the guard turns it off; emulated here, on a CPU without AMX).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -24,18 +31,39 @@ PACK_ERROR = "pack_vnni2 is only supported when avx512 is supported"
 TOKENS = 80  # past the flash kernel's packing threshold (64)
 
 
-@pytest.fixture
-def flash_restored():
-    """The process-wide SDPA switch as it was, whatever a test did to it."""
-    enabled = torch.backends.cuda.flash_sdp_enabled()
-    yield
+@contextlib.contextmanager
+def flash_sdp(enabled: bool) -> Iterator[None]:
+    """SDPA's process-wide flash switch (the one the guard turns off) set to `enabled`, and put back as it was."""
+    before = torch.backends.cuda.flash_sdp_enabled()
     torch.backends.cuda.enable_flash_sdp(enabled)
+    try:
+        yield
+    finally:
+        torch.backends.cuda.enable_flash_sdp(before)
+
+
+@pytest.fixture(autouse=True, params=["as imported here", "guard fired at import"])
+def imported_process(request) -> Iterator[None]:
+    """The process as importing sentemb left it: here, and as on an AMX Xeon under the override, where the guard
+    has turned the flash switch off before any test runs (emulated: this CPU has no AMX)."""
+    if request.param == "as imported here":
+        yield
+        return
+    with flash_sdp(False):
+        yield
 
 
 @pytest.fixture
-def xeon_under_avx2(monkeypatch, flash_restored):
-    """This machine as an AMX Xeon under ATEN_CPU_CAPABILITY=avx2: AVX-512 below the kernels in use, and an SDPA
-    whose flash backend cannot pack bf16 or fp16 over 64+ tokens."""
+def flash_on() -> Iterator[None]:
+    """The flash backend on, as in a process the guard left alone, whatever the guard did at import."""
+    with flash_sdp(True):
+        yield
+
+
+@pytest.fixture
+def xeon_under_avx2(monkeypatch, flash_on):
+    """This machine as an AMX Xeon under ATEN_CPU_CAPABILITY=avx2 before the guard ran: AVX-512 below the kernels in
+    use, the flash backend on, and an SDPA whose flash backend cannot pack bf16 or fp16 over 64+ tokens."""
     real = torch.nn.functional.scaled_dot_product_attention
 
     def sdpa(query, key, *args, **kwargs):
@@ -95,7 +123,7 @@ def test_the_guard_moves_such_a_cpu_to_the_math_backend_and_says_so(xeon_under_a
     assert torch.isfinite(padded).all() and torch.isfinite(packed).all()
 
 
-def test_kernels_that_run_bf16_keep_the_flash_backend(monkeypatch, flash_restored):
+def test_kernels_that_run_bf16_keep_the_flash_backend(monkeypatch, flash_on):
     probed = []
     monkeypatch.setattr(cpu_attention, "kernels_below_hardware", lambda: True)
     monkeypatch.setattr(cpu_attention, "reduced_flash_attention_fails", lambda dtype: probed.append(dtype))
@@ -103,7 +131,7 @@ def test_kernels_that_run_bf16_keep_the_flash_backend(monkeypatch, flash_restore
     assert probed == [torch.bfloat16, torch.float16] and torch.backends.cuda.flash_sdp_enabled()
 
 
-def test_kernels_at_the_hardwares_level_are_not_probed(monkeypatch, flash_restored):
+def test_kernels_at_the_hardwares_level_are_not_probed(monkeypatch, flash_on):
     monkeypatch.setattr(cpu_attention, "kernels_below_hardware", lambda: False)
     monkeypatch.setattr(cpu_attention, "reduced_flash_attention_fails", pytest.fail)
     assert not cpu_attention.guard_cpu_attention.__wrapped__()

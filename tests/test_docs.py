@@ -8,6 +8,12 @@ each swept config group, with every value of every swept key; `--cfg job` as the
 values as any string. Hydra reads conf/ afresh for each composition (~0.2 s of CPU), so the overrides that pick
 defaults are composed once per distinct set and the key overrides applied to a copy by Hydra's own last step;
 each command line is its own test case, all of them together a few seconds.
+
+Overrides in the prose and tables: every inline code span made only of `key=value` / `group=option` words (as a
+reader would type them after `python -m sentemb.train`) composes with one of the commands' configs, each of a
+span's `a|b` alternatives in turn; a key under a config group (`loss.m=0.3`) composes under at least one option of
+that group, as the text around it says which. Spans elided (`key=`, `...`, `*`) or not sentemb's (NOT_OVERRIDES)
+are skipped.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import re
 import shlex
 import unicodedata
 from dataclasses import dataclass
+from fnmatch import fnmatch
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -281,6 +288,101 @@ def compose_command(text: str) -> list[DictConfig]:
     return [with_keys(compose(name, (*defaults, *picked)), keys + values) for picked in itertools.product(*groups)]
 
 
+# ---------------------------------------------------------------- overrides in the prose and tables
+
+SPAN = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")  # an inline code span (fences are blanked before)
+# a Hydra override as typed: key=value or group=option, the value not empty (`loss=` names the group, not a value);
+# environment variables (`WANDB_MODE=offline`) are upper case, pip pins have `==`
+OVERRIDE_WORD = re.compile(r"^[+~]?[a-z_][\w.\-/]*=(?!=)\S+$")
+ELIDED = re.compile(r"\.\.\.")  # `data.max_length=...`: no value shown
+# spans of that shape that are not sentemb overrides: Python arguments in sentemb's code and the released code's
+# own options (each must still be in the docs, so this list cannot outlive what it excuses)
+NOT_OVERRIDES = {
+    "trust_remote_code=False": "an argument of transformers' from_pretrained",
+    "weights_only=True": "an argument of torch.load",
+    "serves=ENCODERS": "a class attribute in sentemb's code",
+    "export=NATIVE": "a class attribute in sentemb's code",
+    "dup_type=bpe": "ESimCSE's released script's option",
+    "loss=a,b": "the syntax of a swept group, a and b standing for any options",
+}
+# the config group a key of the composed config lives under, when it is not the key's first part
+GROUP_OF = {"hydra.launcher": "launcher", "hydra.sweeper": "hparams_search"}
+
+
+@dataclass(frozen=True)
+class DocOverrides:
+    page: str
+    line: int
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.page}:{self.line}: `{self.text}`"
+
+
+def doc_overrides(pages: list[Path] = PAGES, root: Path = PROJECT_ROOT) -> list[DocOverrides]:
+    """Every inline code span of the prose and tables that is a run of overrides (not elided)."""
+    found = []
+    for page in pages:
+        for number, line in enumerate(blank_fences(page.read_text(encoding="utf-8")).splitlines(), start=1):
+            for span in SPAN.finditer(line):
+                words = span[1].split()
+                if words and all(OVERRIDE_WORD.match(w) for w in words) and not ELIDED.search(span[1]):
+                    found.append(DocOverrides(str(page.relative_to(root)), number, span[1].strip()))
+    return found
+
+
+def options(word: str) -> list[str]:
+    """`experiment=simcse_<backbone>`, `experiment=esimcse_*` or `loss=<name>`: the first option of the group the
+    pattern matches (each preset is composed by its own tests; here: the family exists and composes), or the word as
+    written when none matches (to fail); any other word as it is."""
+    group, _, option = word.partition("=")
+    if not (CONF_DIR / group).is_dir() or not re.search(r"<[^<>]*>|\*", option):
+        return [word]
+    pattern = PLACEHOLDER.sub("*", option)
+    matches = [f"{group}={p.stem}" for p in sorted((CONF_DIR / group).glob("*.yaml")) if fnmatch(p.stem, pattern)]
+    return matches[:1] or [word]
+
+
+def alternatives(text: str) -> list[str]:
+    """`pooling.mlp=train|always|none` → one override line per alternative (`\\|`: a `|` escaped in a table; a `|`
+    inside a `<placeholder>` is part of it), and a group's family (`experiment=focal_<backbone>`) as one option."""
+    per_word = []
+    for word in text.replace("\\|", "|").split():
+        key, _, value = word.partition("=")
+        choices = re.split(r"\|(?![^<>]*>)", value)
+        per_word.append([option for choice in choices for option in options(f"{key}={choice}")])
+    return [" ".join(words) for words in itertools.product(*per_word)]
+
+
+def group_contexts(text: str) -> list[str]:
+    """Each option of the config group under which `text`'s keys live (`loss.m=0.3` → `loss=mmhe`, ...)."""
+    groups = set()
+    for word in text.split():
+        key = word.split("=", 1)[0].lstrip("+~")
+        group = next((g for prefix, g in GROUP_OF.items() if key.startswith(prefix + ".")), key.split(".")[0])
+        if "." in key and (CONF_DIR / group).is_dir():
+            groups.add(group)
+    return [f"{g}={p.stem}" for g in sorted(groups) for p in sorted((CONF_DIR / g).glob("*.yaml"))]
+
+
+def override_errors(text: str) -> list[str]:
+    """Why the overrides `text` compose with none of the commands' configs (each alternative); [] when they do."""
+    errors = []
+    for line in alternatives(text):
+        tried = [f"python -m sentemb.{command} -m {line}" for command in CONFIGS]
+        tried += [f"python -m sentemb.train -m {context} {line}" for context in group_contexts(line)]
+        failures = []
+        for command in tried:
+            try:
+                compose_command(command)
+                break
+            except Exception as err:  # noqa: BLE001 - Hydra's errors and ours alike: the next context
+                failures.append(f"{command}: {type(err).__name__}: {str(err).splitlines()[0]}")
+        else:
+            errors.append(f"`{line}` composes nowhere:\n  " + "\n  ".join(failures[: len(CONFIGS)]))
+    return errors
+
+
 # ---------------------------------------------------------------- the tests
 
 COMMANDS = doc_commands()
@@ -306,6 +408,24 @@ def test_every_command_line_composes(command):
     except Exception as err:  # noqa: BLE001 - Hydra's errors and ours alike fail the line, named
         pytest.fail(f"{command}\ndoes not compose: {type(err).__name__}: {err}", pytrace=False)
     assert configs
+
+
+OVERRIDES = doc_overrides()
+
+
+def test_the_docs_have_overrides_to_check():
+    assert len(OVERRIDES) >= 100 and any(o.text == "scheduler.warmup_ratio=0.1" for o in OVERRIDES)
+    shown = {o.text for o in OVERRIDES} | {c.text for c in COMMANDS}
+    unused = [text for text in NOT_OVERRIDES if not any(text in line for line in shown)]
+    assert not unused, f"NOT_OVERRIDES excuses what no page shows any more: {unused}"
+
+
+@pytest.mark.parametrize("overrides", OVERRIDES, ids=lambda o: f"{o.page}:{o.line}:{o.text}")
+def test_every_override_in_the_prose_composes(overrides):
+    if overrides.text in NOT_OVERRIDES:
+        pytest.skip(NOT_OVERRIDES[overrides.text])
+    errors = override_errors(overrides.text)
+    assert not errors, f"{overrides}\n" + "\n".join(errors)
 
 
 # the checks themselves: each must fail on what it exists to catch
@@ -394,3 +514,56 @@ def test_a_sweep_composes_each_option_of_a_swept_group():
     configs = compose_command("python -m sentemb.train -m loss=mmhe,mbarlow loss.m=0.2,0.4")
     assert [c.hydra.runtime.choices.loss for c in configs] == ["mmhe", "mbarlow"]
     assert [c.loss.m for c in configs] == [0.4, 0.4], "every value applied in turn: the last one stays"
+
+
+def test_overrides_are_found_in_inline_code_and_tables(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(
+        "Warm up with `scheduler.warmup_ratio=0.1`; `loss=` names the group, `WANDB_MODE=offline` is the shell's.\n"
+        "| `pooling.mlp=train\\|none` | `data.max_length=...` | `experiment=*_tiny` | `pip install x==1` |\n"
+        "```\n`loss.tauu=0.1`\n```\n`trainer=ddp trainer.devices=4` and `torch==2.13.0`\n",
+        encoding="utf-8",
+    )
+    found = [(o.line, o.text) for o in doc_overrides([page], root=tmp_path)]
+    assert found == [
+        (1, "scheduler.warmup_ratio=0.1"),
+        (2, "pooling.mlp=train\\|none"),
+        (2, "experiment=*_tiny"),
+        (6, "trainer=ddp trainer.devices=4"),
+    ]
+    assert alternatives("pooling.mlp=train\\|none seed=1") == ["pooling.mlp=train seed=1", "pooling.mlp=none seed=1"]
+    assert alternatives("experiment=cosent_minilm_<size>") == ["experiment=cosent_minilm_tiny"]
+    assert alternatives("experiment=<bert|roberta>_x") == ["experiment=<bert|roberta>_x"]  # one word, no match
+    assert alternatives("experiment=nosuch_<x>") == ["experiment=nosuch_<x>"]
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("scheduler.warmup_ratioo=0.1", "warmup_ratioo"),  # a key no config has
+        ("loss.tauu=0.1", "loss.tauu"),  # a key under no option of its group
+        ("trainer=gpu|nosuchtrainer", "nosuchtrainer"),  # an alternative the others hide
+        ("pooling=nosuchpooling", "nosuchpooling"),  # an option the group lacks
+        ("launcher=slurm hydra.launcher.partitionn=gpu", "partitionn"),  # a Hydra key typo beside its group
+    ],
+)
+def test_an_override_that_does_not_compose_fails(text, error):
+    errors = override_errors(text)
+    assert errors and error in "\n".join(errors), errors
+
+
+def test_a_key_of_one_group_option_composes_under_it():
+    assert override_errors("loss.m=0.3") == []  # InfoNCE (the default) has no m; mmhe has
+    assert override_errors("scheduler.warmup_ratio=0.1") == []
+
+
+def test_the_documented_warmup_ratio_sets_the_warmup_steps():
+    from sentemb.training.module import check_warmup_ratio, with_warmup_steps
+
+    ratio = OmegaConf.to_container(compose_command("python -m sentemb.train scheduler.warmup_ratio=0.1")[0].scheduler)
+    check_warmup_ratio(ratio)
+    assert with_warmup_steps(ratio, 360)["num_warmup_steps"] == 36  # docs/labelled.md: the first 10% of the steps
+    default = OmegaConf.to_container(compose_command("python -m sentemb.train")[0].scheduler)
+    check_warmup_ratio(default)
+    assert default["warmup_ratio"] is None and with_warmup_steps(default, 360)["num_warmup_steps"] == 0
+    assert "warmup_ratio" not in with_warmup_steps(default, 360)  # never passed to the schedule

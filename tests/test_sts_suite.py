@@ -164,7 +164,9 @@ def test_checkpoint_evaluated_offline_gives_the_logged_dev_score(tiny_overrides,
     from sentemb.train import train
     from tests.conftest import compose_train
 
-    train_cfg = compose_train(tiny_overrides, output_dir=tmp_path / "train")
+    # the full STS-B dev, as evaluate reads it (tiny_overrides score 200 pairs of it)
+    full_dev = [o for o in tiny_overrides if not o.startswith("eval.stsb_dir=")]
+    train_cfg = compose_train(full_dev, output_dir=tmp_path / "train")
     metrics = train(train_cfg)
     overrides = ["tasks=STSBenchmark", "sts_splits=[dev]", f"batch_size={train_cfg.eval.batch_size}"]
     cfg = compose_eval([f"checkpoint={metrics['best_checkpoint']}", *overrides])

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import logging
 import math
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import lightning as L
@@ -31,7 +34,7 @@ from sentemb.eval.sts import STSBenchmark, correlations, read_stsb_split
 from sentemb.runs.wandb_runs import finish_wandb
 from sentemb.train import train
 from sentemb.training.module import SentembModule
-from tests.conftest import compose_train
+from tests.conftest import compose_train, tiny_job, write_small_corpus, write_small_stsb
 
 
 def run(overrides: list[str], output_dir: Path) -> dict:
@@ -53,8 +56,28 @@ def train_with(overrides: list[str], output_dir: Path, *callbacks: L.Callback) -
         return run(overrides, output_dir)
 
 
-def test_tiny_training_run_keeps_the_best_checkpoint(tiny_overrides, tmp_path):
-    metrics = run(tiny_overrides, tmp_path)
+@dataclass(frozen=True)
+class TinyRun:
+    overrides: list[str]
+    folder: Path
+    metrics: dict
+    printed: str
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, data_root) -> TinyRun:
+    """`tiny_job` trained once for the tests that only read what it wrote (its metrics, files and printed report): the
+    same job each of them ran on its own before, a few seconds each."""
+    inputs = tmp_path_factory.mktemp("tiny_inputs")
+    overrides = tiny_job(write_small_corpus(inputs, data_root), write_small_stsb(inputs, data_root))
+    folder = tmp_path_factory.mktemp("tiny_run")
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        metrics = run(overrides, folder)
+    return TinyRun(overrides, folder, metrics, printed.getvalue())
+
+
+def test_tiny_training_run_keeps_the_best_checkpoint(tiny_run):
+    metrics, tmp_path = tiny_run.metrics, tiny_run.folder
     best = Path(metrics["best_checkpoint"])
     assert best.is_file() and best.parent == tmp_path / "checkpoints"
     assert len(list(best.parent.glob("best-*.ckpt"))) == 1, "save_top_k=1 keeps one best checkpoint"
@@ -101,10 +124,10 @@ def test_paradigm_telemetry_and_each_term_of_a_sum_are_logged_every_step(tiny_ov
         assert 0.0 <= float(row["paradigm/paradigm/gd"]) <= 1.0
 
 
-def test_final_report_repeats_the_logged_dev_score_exactly(tiny_overrides, tmp_path, capsys):
+def test_final_report_repeats_the_logged_dev_score_exactly(tiny_run):
     # issue #9: every comparison here is one computation on bit-identical weights, inputs and batches: exact
-    cfg = compose_train(tiny_overrides, output_dir=tmp_path)
-    metrics = train(cfg)
+    tmp_path, metrics = tiny_run.folder, tiny_run.metrics
+    cfg = compose_train(tiny_run.overrides, output_dir=tmp_path)  # the config train(cfg) ran
     logged = metrics[DEV_SPEARMAN_BEST_LOGGED]
     assert metrics[DEV_SPEARMAN_BEST_RESCORED] == logged
     rows = list(csv.DictReader((tmp_path / "csv" / "version_0" / "metrics.csv").open()))
@@ -113,7 +136,7 @@ def test_final_report_repeats_the_logged_dev_score_exactly(tiny_overrides, tmp_p
 
     printed = re.search(
         r"STS-B dev Spearman \(best, step (\d+)\): (\S+) \[(\S+), (\S+)\]   \(logged during training: (\S+)\)",
-        capsys.readouterr().out,
+        tiny_run.printed,
     )
     assert printed and int(printed[1]) == metrics[BEST_STEP]
     assert printed[2] == printed[5] == f"{logged:.4f}"
@@ -194,12 +217,13 @@ def test_without_a_checkpoint_callback_the_final_weights_are_scored_and_named_so
     assert "the final weights were scored, not the best" in out
 
 
-def test_evaluation_at_the_last_batch_of_the_epoch(small_corpus, tmp_path):
+def test_evaluation_at_the_last_batch_of_the_epoch(small_corpus, small_stsb, tmp_path):
     # 302 lines, 300 sentences, batch 64: 5 steps; cadence 3 -> evaluations at step 3 and at the end (5)
     overrides = [
         "model=tiny",
         "logger=csv",
         f"data.corpus={small_corpus}",
+        f"eval.stsb_dir={small_stsb}",  # when it scores, not what: 200 pairs
         "eval.every_n_steps=3",
         "eval.at_start=false",
     ]
