@@ -156,9 +156,7 @@ SOURCES = (
 
 @pytest.mark.parametrize("source", SOURCES, ids=lambda f: f.__name__)
 @pytest.mark.parametrize("broken", FOLDERS, ids=lambda f: f.__name__)
-def test_a_model_folder_is_checked_before_any_model_whichever_key_names_it(
-    broken, source, model_folder, tmp_path
-):
+def test_a_model_folder_is_checked_before_any_model_whichever_key_names_it(broken, source, model_folder, tmp_path):
     folder = broken(model_folder)
     with pytest.raises(SentembConfigError, match=FOLDERS[broken]) as err:
         source(folder, tmp_path)
