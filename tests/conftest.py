@@ -135,17 +135,16 @@ def fake_training(monkeypatch):
 
 
 @pytest.fixture
-def cli(monkeypatch):
-    """`python -m sentemb.train <overrides>` in this process; the logging Hydra configures is undone afterwards."""
+def command(monkeypatch):
+    """`run("evaluate", overrides)`: `python -m sentemb.<command> <overrides>` in this process (its Hydra app); the
+    logging Hydra configures is undone afterwards."""
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
 
-    def run(overrides: list[str]) -> None:
+    def run(name: str, overrides: list[str]) -> None:
         GlobalHydra.instance().clear()  # a test before may have composed a config
-        monkeypatch.setattr(sys, "argv", ["sentemb.train", *overrides])
-        from sentemb.train import main
-
-        main()
+        monkeypatch.setattr(sys, "argv", [f"sentemb.{name}", *overrides])
+        importlib.import_module(f"sentemb.{name}").main()
 
     yield run
     GlobalHydra.instance().clear()
@@ -153,6 +152,12 @@ def cli(monkeypatch):
         root.removeHandler(handler)
     root.handlers[:] = handlers
     root.setLevel(level)
+
+
+@pytest.fixture
+def cli(command):
+    """`python -m sentemb.train <overrides>` in this process (`command`'s train)."""
+    return lambda overrides: command("train", overrides)
 
 
 def load_benchmark(script: str) -> ModuleType:

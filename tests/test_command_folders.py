@@ -10,17 +10,13 @@ checkpoint trained (its loss, its data) from the run's own config.
 
 from __future__ import annotations
 
-import importlib
 import json
-import logging
 import os
 import re
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from hydra.core.global_hydra import GlobalHydra
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.folder_lock import LOCK_NAME
@@ -35,26 +31,6 @@ from tests.test_one_writer import hold_lock as holding  # a fixture
 
 hold_lock = holding  # tests/test_one_writer.py's live holder of a folder's lock, as a fixture here
 SENTINEL = "a file of the user's, which no sentemb command may touch\n"
-
-
-@pytest.fixture
-def command(monkeypatch):
-    """`run("evaluate", overrides)`: `python -m sentemb.<command> <overrides>` in this process (its Hydra app); the
-    logging Hydra configures is undone afterwards."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-
-    def run(name: str, overrides: list[str]) -> None:
-        GlobalHydra.instance().clear()
-        monkeypatch.setattr(sys, "argv", [f"sentemb.{name}", *overrides])
-        importlib.import_module(f"sentemb.{name}").main()
-
-    yield run
-    GlobalHydra.instance().clear()
-    for handler in set(root.handlers) - set(handlers):
-        root.removeHandler(handler)
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 def planted_link(run: Path, name: str, tmp_path: Path) -> Path:
