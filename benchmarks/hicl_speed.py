@@ -54,7 +54,7 @@ def step(encoder: SentenceEncoder, loss, optimizer, batch: dict[str, torch.Tenso
     start = time.perf_counter()
     views = encoder.training_views(batch)
     total = views.global_weight * loss(views.z1, views.z2).loss
-    for weight, value in views.auxiliary.values():
+    for weight, value in views.own_terms.values():
         total = total + weight * value
     total.backward()
     optimizer.step()

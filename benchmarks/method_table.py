@@ -89,7 +89,7 @@ ANCHOR = "simcse"
 SNCSE_TEMPLATE = 'This sentence of "[X]" means [MASK] .'
 POSITIVE_TEMPLATE = f"pooling.positive_template='{SNCSE_TEMPLATE}'"
 ESIMCSE = ["data.dup_rate=0.32", "negatives=momentum", "negatives.queue_size=160"]
-SNCSE = ["auxiliary=sncse", "auxiliary.source=rule"]
+SNCSE = ["auxiliary=sncse", "auxiliary.sncse.source=rule"]
 HICL = ["pooling=hicl", "pooling.alpha=0.05", "data.max_length=512"]
 METHODS: dict[str, list[str]] = {
     "simcse": [],
@@ -105,7 +105,7 @@ NOTES = [
     "checkpoint kept and scored on STS-B test); only each method's own overrides differ.",
     "ESimCSE: word repetition dup_rate 0.32 and the momentum encoder's queue of 160 negatives (2.5 x batch).",
     "SNCSE: prompt pooling with SNCSE's positive template, soft negatives with λ = 1e-3 (MiniLM is an uncased "
-    "BERT-like model, SNCSE's BERT setting); the negations come from auxiliary.source=rule, sentemb's offline "
+    "BERT-like model, SNCSE's BERT setting); the negations come from auxiliary.sncse.source=rule, sentemb's offline "
     "parser-free approximation of SNCSE's rule, not SNCSE's spaCy-parsed negations.",
     "HiCL: slices of 32 tokens, α = 0.05, at HiCL's own training length data.max_length=512 (conf/pooling/hicl.yaml's; "
     "set explicitly, since experiment=simcse_minilm composes after the pooling and would set 32); hicl_sncse uses "

@@ -1,6 +1,6 @@
 """`python -m sentemb.negate in=<corpus.txt> out=<negations.jsonl> [source=spacy|rule] [spacy_model=...]`:
 SNCSE's soft negatives, one JSON line [sentence, negation] per non-blank corpus line (the released file format,
-which training reads with auxiliary.source=file).
+which training reads with auxiliary.sncse.source=file).
 
 source=spacy (the default) is the released rule on spaCy's parse (`pip install 'sentemb[spacy]'` and
 `python -m spacy download en_core_web_sm`); source=rule the parser-free approximation (sentemb.data.negation).

@@ -178,7 +178,7 @@ def test_each_method_composes_with_its_own_settings_and_the_shared_ones(method, 
     assert (cfg.get("negatives") or {}).get("queue_size") == (160 if "esimcse" in method else None)
     assert cfg.data.dup_rate == (0.32 if "esimcse" in method else 0.0)
     if "sncse" in method:
-        assert cfg.auxiliary.source == "rule" and cfg.auxiliary.weight == 1e-3
+        assert cfg.auxiliary.sncse.source == "rule" and cfg.auxiliary.sncse.weight == 1e-3
         assert cfg.pooling.positive_template == script.SNCSE_TEMPLATE
     else:
         assert cfg.get("auxiliary") is None

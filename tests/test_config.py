@@ -9,6 +9,7 @@ from hydra.utils import instantiate
 
 from sentemb.encoders.part_configs import build_part
 from sentemb.losses import LossOutput
+from sentemb.losses.inputs import SCORES
 from tests.conftest import CONF_DIR, compose_train
 
 GROUPS = [
@@ -46,7 +47,7 @@ def test_loss_instantiates(option, tmp_path):
         overrides.append("loss.terms={infonce: {weight: 1.0}, mmhe: {weight: 0.5, r: 1.5}}")
     loss = build_part("loss", compose_train(overrides, tmp_path).loss)
     # a loss on scored pairs needs each pair's gold score, in [0, 1]
-    scored = {"scores": torch.rand(8)} if loss.takes_scores else {}
+    scored = {"scores": torch.rand(8)} if SCORES in loss.reads else {}
     out = loss(torch.randn(8, 16), torch.randn(8, 16), **scored)
     assert isinstance(out, LossOutput) and torch.isfinite(out.loss)
 

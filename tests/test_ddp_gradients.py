@@ -16,7 +16,14 @@ from sentemb.common.hydra_plumbing import resolved_container
 from sentemb.training.module import SentembModule
 from tests.conftest import compose_train
 
-LOSSES = ["infonce", "focal", "mmhe", "mbarlow", "vicreg"]
+# one loss of each form the gather must keep exact, each with why it is in the sample
+LOSSES = {
+    "infonce": "a softmax over the gathered negatives",
+    "focal": "a re-weighted softmax",
+    "mmhe": "a modified uniformity over the gathered batch",
+    "mbarlow": "a modified cross-correlation",
+    "vicreg": "a variance and covariance of the gathered batch",
+}
 # GradCache under DDP: the cached rows are gathered, each rank replays its own chunks (2 sentences each here)
 GRAD_CACHE = {"infonce+grad_cache": ["loss=infonce"], "mean+mbarlow+grad_cache": ["pooling=mean", "loss=mbarlow"]}
 SENTENCES = [

@@ -151,7 +151,7 @@ def test_rtd_gradients_reach_the_encoder_only_through_the_sentence_embedding(tmp
     rtd_logits = head.rtd_logits
     head.rtd_logits = lambda edited, mask, z: conditioning.append(z) or rtd_logits(edited, mask, z)
     views = head.training_views(module.encoder.training_rows(prepared), prepared, 4)
-    rtd = views.auxiliary["rtd"][1]
+    rtd = views.own_terms["rtd"][1]
     encoder_params = [p for p in module.encoder.backbone.parameters()]
     direct = torch.autograd.grad(rtd, encoder_params, retain_graph=True, allow_unused=True)
     # the same term through z alone: dL/dz, then z's own backward into the encoder

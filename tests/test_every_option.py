@@ -34,8 +34,11 @@ from omegaconf import DictConfig, OmegaConf
 import sentemb.encoders.models.backbones
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.metric_names import DEV_SPEARMAN_BEST_LOGGED, TEST_SPEARMAN
+from sentemb.common.parts import BOTH, DECODERS, NATIVE, lookup, names
 from sentemb.common.paths import CONF_DIR, resolve_data_root
-from sentemb.data.labelled import NLI_COLUMNS
+from sentemb.data.labelled import NLI_COLUMNS, read_labelled
+from sentemb.losses.inputs import SCORES
+from sentemb.losses.registry import available, declared_loss
 from sentemb.runs.sweep_check import check_sweep
 from sentemb.training.checks import prepare_run
 from sentemb.training.sharding import is_sharded
@@ -57,17 +60,50 @@ IDS = [f"{group}={option}" for group, option in CASES]
 MACHINE_GROUPS = {"local"}
 # options that cannot run without a value only the user can give; without it the checks must name the key
 NEEDS_A_VALUE = {("loss", "sum"): ("loss.terms", "loss.terms={infonce: {weight: 1.0}, mmhe: {weight: 0.5}}")}
-# options that run only beside another choice: a decoder LLM with a decoder's pooling (the default cls is refused
-# on decoders), MNTP with a decoder (it predicts next tokens)
+# options that run only beside another choice, derived from what each part declares: a decoder LLM with a pooling
+# that serves decoders (the default cls is refused on decoders), a part that serves decoders alone (MNTP) on the
+# tiny decoder with that pooling, a part's declared `companions` (a scored loss's scored data, DiffCSE's no MLP),
+# scored data with a loss that reads scores
 DECODER_MODELS = [o for o in OPTIONS["model"] if "bidirectional" in (CONF_DIR / "model" / f"{o}.yaml").read_text()]
-COMPANIONS = {("model", option): ["pooling=mean"] for option in DECODER_MODELS} | {
-    ("head", "mntp"): ["model=tiny-llama", "pooling=mean"],
-    ("head", "diffcse"): ["pooling.mlp=none"],  # its projector takes the MLP's place
-    ("data", "stsb_train"): ["loss=cosent"],  # scored pairs: a scored pair's loss
-    ("loss", "cosent"): ["data=stsb_train"],
-    ("loss", "angle"): ["data=stsb_train"],
-    ("loss", "cosine_mse"): ["data=stsb_train"],
-}
+# the pooling that serves both kinds of backbone and exports as sentence-transformers' own module (mean)
+DECODER_POOLING = next(
+    name
+    for name in names("pooling")
+    if lookup("pooling", name).serves == BOTH and lookup("pooling", name).export == NATIVE
+)
+TINY_DECODER = next(option for option in DECODER_MODELS if option.startswith("tiny-"))
+SCORED_LOSS = next(name for name in available() if SCORES in declared_loss({"name": name}).reads)
+
+
+def declared_companions(group: str, option: str) -> list[str]:
+    """What the option's part declares it runs beside (`companions`), and a decoder-only part's decoder."""
+    if group in KIND_OF_GROUP and option in names(KIND_OF_GROUP[group]):
+        entry = lookup(KIND_OF_GROUP[group], option)
+        decoder = [f"model={TINY_DECODER}", f"pooling={DECODER_POOLING}"] if entry.serves == DECODERS else []
+        return [*decoder, *entry.companions]
+    return []
+
+
+def holds_scores(option: str) -> bool:
+    """Whether a built-in labelled set (data=<option>, a source other than a file) holds scored pairs: its first row
+    read as training reads it."""
+    data = compose_train([f"data={option}"]).data
+    if data.get("source") in (None, "file", "nli"):
+        return False
+    return read_labelled(OmegaConf.to_container(data, resolve=True), 1).scores is not None
+
+
+KIND_OF_GROUP = {"loss": "loss", "pooling": "pooling", "head": "head", "negatives": "negatives"}
+COMPANIONS = (
+    {("model", option): [f"pooling={DECODER_POOLING}"] for option in DECODER_MODELS}
+    | {
+        (group, option): declared_companions(group, option)
+        for group in KIND_OF_GROUP
+        for option in OPTIONS[group]
+        if declared_companions(group, option)
+    }
+    | {("data", option): [f"loss={SCORED_LOSS}"] for option in OPTIONS["data"] if holds_scores(option)}
+)
 ONE_STEP = ["trainer.max_steps=1", "eval.every_n_steps=1", "eval.at_start=false", "data.batch_size=8"]
 
 

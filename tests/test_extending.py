@@ -8,6 +8,8 @@ Trainer, resumes exactly from the last.ckpt of a stopped run, and exports (or is
 
 from __future__ import annotations
 
+import csv
+import re
 import shutil
 import subprocess
 import sys
@@ -24,21 +26,28 @@ import sentemb.train
 from sentemb.common import parts
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.parts import ENCODERS, TRAINS_ONLY, part
+from sentemb.data.labelled import ABSENT, TEXT_IDS
 from sentemb.encoders.build import load_checkpoint_encoder
 from sentemb.encoders.models import families
 from sentemb.encoders.models.families import Family, register_family
 from sentemb.encoders.poolings.base import AroundPooling, Pooling, TrainingViews
 from sentemb.export import export
 from sentemb.losses import LossOutput, Objective
+from sentemb.losses.inputs import HARD_NEGATIVES, PAIRS, SCORES, LossInputs
 from sentemb.st_modules import load_exported_folder
 from sentemb.training.auxiliary import AuxiliaryTerm
-from sentemb.training.checks import check_parts
+from sentemb.training.auxiliary_checks import auxiliary_nodes
+from sentemb.training.checks import check_parts, prepare_run
 from sentemb.training.negatives import NegativesPart, StepInputs, StepNegatives
 from sentemb.training.negatives.base import refuse_loss_without_negatives
 from tests.conftest import compose_train
 from tests.test_export import compose_export
+from tests.test_labelled import write_csv
 from tests.test_train import run, train_with
 
+CONF = Path(sentemb.train.CONF_DIR)
+# a term's yaml is packaged under its name, so that several terms compose side by side (auxiliary=[a,b])
+NEGATION_GAP_YAML = "# @package auxiliary.negation_gap\nname: negation_gap\nweight: 0.1\nmargin: 0.2\n"
 SENTENCES = ["A man is playing a guitar.", "Two dogs run on the beach.", "The stock market fell sharply today."]
 
 
@@ -50,8 +59,8 @@ class AlignUniform(Objective):
         super().__init__()
         self.t = t
 
-    def forward(self, z1: torch.Tensor, z2: torch.Tensor) -> LossOutput:
-        h1, h2 = F.normalize(z1.float(), dim=-1), F.normalize(z2.float(), dim=-1)
+    def compute(self, inputs: LossInputs) -> LossOutput:
+        h1, h2 = F.normalize(inputs.anchors.float(), dim=-1), F.normalize(inputs.positives.float(), dim=-1)
         align = (h1 - h2).pow(2).sum(-1).mean()
         uniform = torch.pdist(h1).pow(2).mul(-self.t).exp().mean().clamp_min(1e-12).log()
         return LossOutput(align + uniform, {})
@@ -90,7 +99,7 @@ class MemoryHead(AroundPooling):
         views = super().training_views(rows, batch, n)
         if self.steps:  # nothing remembered before the first step
             term = F.cosine_similarity(views.z1.unsqueeze(1), self.memory.unsqueeze(0), dim=-1).mean()
-            views.auxiliary["memory"] = (self.weight, term)
+            views.own_terms["memory"] = (self.weight, term)
         with torch.no_grad():
             self.memory.copy_(views.z1[: len(self.memory)].detach())
         self.steps += 1
@@ -283,8 +292,8 @@ def test_a_new_negatives_part_whose_state_survives_a_resume(overrides, conf_dir,
 
 
 def test_a_new_auxiliary_term_reading_an_extra_view(overrides, conf_dir, tmp_path):
-    (conf_dir / "auxiliary" / "negation_gap.yaml").write_text("name: negation_gap\nweight: 0.1\nmargin: 0.2\n")
-    overrides = [*overrides, "auxiliary=negation_gap"]
+    (conf_dir / "auxiliary" / "negation_gap.yaml").write_text(NEGATION_GAP_YAML)
+    overrides = [*overrides, "auxiliary=[negation_gap]"]
     full, saved, resumed = train_and_resume(overrides, tmp_path)
     logged = (tmp_path / "full" / "csv" / "version_0" / "metrics.csv").read_text().splitlines()
     assert "train/loss/negation_gap" in logged[0], "the term ran on the negation view the data made for it"
@@ -293,7 +302,164 @@ def test_a_new_auxiliary_term_reading_an_extra_view(overrides, conf_dir, tmp_pat
 
 
 def test_every_step_part_registers_with_its_package_in_a_fresh_process():
-    """No import anywhere names a negatives part or an auxiliary term: looking the kind up imports its package."""
+    """No import anywhere names a negatives part or an auxiliary term: looking the kind up imports its package, and
+    finds a part for every yaml of its group (conf/negatives/, conf/auxiliary/)."""
     code = "from sentemb.common.parts import names; print(names('negatives'), names('auxiliary'))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.split("\n")[0] == "['dclr', 'momentum'] ['sncse']"
+    yamls = [sorted(path.stem for path in (CONF / group).glob("*.yaml")) for group in ("negatives", "auxiliary")]
+    assert out.split("\n")[0] == f"{yamls[0]} {yamls[1]}"
+
+
+# ---------------------------------------------------------------------------------------------- inputs by role
+class ScoredHardMargin(Objective):
+    """A loss reading hard negatives and scores by role: each anchor's positive kept above its own hard negative by a
+    margin scaled by the pair's gold score, mean ReLU(margin·s_i − (cos(a_i, p_i) − cos(a_i, n_i))) over the rows
+    that have a hard negative. What it reads is declared (`reads`); the job's checks refuse data without them."""
+
+    reads = frozenset({*PAIRS, HARD_NEGATIVES, SCORES})
+    conventions = ("paper",)
+    has_symmetric = False
+
+    def __init__(self, margin: float = 0.5) -> None:
+        super().__init__()
+        self.margin = margin
+
+    def compute(self, inputs: LossInputs) -> LossOutput:
+        a, p, n = (F.normalize(x.float(), dim=-1) for x in (inputs.anchors, inputs.positives, inputs.hard_negatives[0]))
+        hinge = torch.relu(self.margin * inputs.scores.float() - ((a * p).sum(-1) - (a * n).sum(-1)))
+        present = torch.ones_like(hinge, dtype=torch.bool) if inputs.absent is None else ~inputs.absent[:, 0]
+        return LossOutput((hinge * present).sum() / present.sum().clamp_min(1), {})
+
+
+SEEN: list[tuple[int, int]] = []  # (rows the term saw, rows of its step with a hard negative): the test's record
+
+
+class HardNegativeGap(AuxiliaryTerm):
+    """A term reading the first hard negative: it stays below the positive, weight · mean ReLU(cos(z, z_neg) −
+    cos(z, z⁺)). It records how many rows it saw (the test compares them with the batch's rows that have one)."""
+
+    label = "hard_gap"
+    reads = ("hard_negative_1",)
+
+    def __init__(self, weight: float = 0.1) -> None:
+        super().__init__()
+        self.weight = weight
+
+    def term(self, views: TrainingViews) -> tuple[float, torch.Tensor]:
+        hard = views.view("hard_negative_1", asked_by="auxiliary=hard_gap")
+        SEEN.append((hard.shape[0], -1))
+        gap = F.cosine_similarity(views.z1, hard, dim=-1) - F.cosine_similarity(views.z1, views.z2, dim=-1)
+        return self.weight, torch.relu(gap).mean()
+
+
+class PositiveGap(AuxiliaryTerm):
+    """A second term beside another: the positive pulled closer, weight · mean (1 − cos(z, z⁺))."""
+
+    label = "positive_gap"
+
+    def __init__(self, weight: float = 0.05) -> None:
+        super().__init__()
+        self.weight = weight
+
+    def term(self, views: TrainingViews) -> tuple[float, torch.Tensor]:
+        return self.weight, (1.0 - F.cosine_similarity(views.z1, views.z2, dim=-1)).mean()
+
+
+class LocalGap(PositiveGap):
+    """The same term under HiCL's own term's label: refused, it would replace HiCL's local loss."""
+
+    label = "local"
+
+
+class RowsWithHardNegative(L.Callback):
+    """The rows of each training batch that have a first hard negative, beside what the term saw that step."""
+
+    def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, outputs, batch, batch_idx) -> None:
+        seen, _ = SEEN[-1]
+        SEEN[-1] = (seen, int((batch[TEXT_IDS][:, 2] != ABSENT).sum()))
+
+
+# a term's yaml is packaged under its name (docs/layout.md): auxiliary=[a,b] composes them side by side
+HARD_GAP_YAML = "# @package auxiliary.hard_gap\nname: hard_gap\nweight: 0.1\n"
+POSITIVE_GAP_YAML = "# @package auxiliary.positive_gap\nname: positive_gap\nweight: 0.05\n"
+
+
+@pytest.fixture
+def role_parts(declared):
+    part("loss", "scored_margin")(ScoredHardMargin)
+    part("auxiliary", "hard_gap")(HardNegativeGap)
+    part("auxiliary", "positive_gap")(PositiveGap)
+
+
+def labelled(overrides: list[str]) -> list[str]:
+    """The tiny job on labelled data: no corpus."""
+    return [override for override in overrides if not override.startswith("data.corpus=")]
+
+
+def files_a_part_takes() -> int:
+    """The count docs/layout.md states for a part of your own: its class file and its yaml."""
+    text = (Path(__file__).parents[1] / "docs" / "layout.md").read_text()
+    return int(re.search(r"A part of your own is (\d+) files", text).group(1))
+
+
+def test_a_new_loss_reading_hard_negatives_and_scores(overrides, conf_dir, role_parts, tmp_path, data_root):
+    written = [conf_dir / "loss" / "scored_margin.yaml"]
+    written[0].write_text("name: scored_margin\nmargin: 0.5\n")
+    assert 1 + len(written) == files_a_part_takes(), "this module (its class file) and its yaml"
+    lines = [line for line in (data_root / "wiki" / "wiki1m_head.txt").read_text().splitlines() if line][:192]
+    rows = [[*lines[i : i + 3], str(i % 6)] for i in range(0, 192, 3)]
+    scored = write_csv(tmp_path / "scored.csv", ["anchor", "positive", "negative", "score"], rows)
+    job = [*labelled(overrides), "data=labelled", f"data.path={scored}", "data.score_range=[0,5]"]
+    # what it declares decides the job: scores and hard negatives both read; CoSENT reads no hard negatives
+    with pytest.raises(SentembConfigError, match=r"has hard negatives: loss=cosent takes no hard negatives"):
+        prepare_run(compose_train([*job, "loss=cosent"], tmp_path))
+    triplets = write_csv(tmp_path / "triplets.csv", ["anchor", "positive", "negative"], [r[:3] for r in rows])
+    unscored = [*labelled(overrides), "data=labelled", f"data.path={triplets}", "loss=scored_margin"]
+    with pytest.raises(SentembConfigError, match=r"loss=scored_margin learns from scored pairs"):
+        prepare_run(compose_train(unscored, tmp_path))
+    train_with([*job, "loss=scored_margin"], tmp_path / "run")
+    with (tmp_path / "run" / "csv" / "version_0" / "metrics.csv").open() as handle:
+        losses = [float(row["train/loss"]) for row in csv.DictReader(handle) if row["train/loss"]]
+    assert len(losses) == 2 and all(0 < loss < 1 for loss in losses), "the margin trained on the scored rows"
+
+
+def test_an_auxiliary_term_never_sees_an_absent_hard_negative(overrides, conf_dir, role_parts, tmp_path):
+    """data=sick_nli: 1,040 of its 1,299 rows have no hard negative; the term reads hard_negative_1 on the rest only."""
+    (conf_dir / "auxiliary" / "hard_gap.yaml").write_text(HARD_GAP_YAML)
+    assert 1 + 1 == files_a_part_takes()
+    SEEN.clear()
+    job = [*labelled(overrides), "data=sick_nli", "auxiliary=[hard_gap]", "data.batch_size=32"]
+    train_with(job, tmp_path / "run", RowsWithHardNegative())
+    assert len(SEEN) == 2 and all(seen == present for seen, present in SEEN), SEEN
+    assert all(0 < present < 32 for _, present in SEEN), "each batch mixes rows with and without one"
+    logged = (tmp_path / "run" / "csv" / "version_0" / "metrics.csv").read_text().splitlines()
+    assert "train/loss/hard_gap" in logged[0]
+
+
+def test_two_auxiliary_terms_at_once(overrides, conf_dir, role_parts, declared, tmp_path):
+    (conf_dir / "auxiliary" / "negation_gap.yaml").write_text(NEGATION_GAP_YAML)
+    (conf_dir / "auxiliary" / "positive_gap.yaml").write_text(POSITIVE_GAP_YAML)
+    job = [*overrides, "auxiliary=[negation_gap,positive_gap]", "auxiliary.positive_gap.weight=0.2"]
+    train_with(job, tmp_path / "full")
+    saved = torch.load(tmp_path / "full" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert [node["name"] for node in auxiliary_nodes(saved["hyper_parameters"]["auxiliary"])] == [
+        "negation_gap",
+        "positive_gap",
+    ]
+    assert auxiliary_nodes(saved["hyper_parameters"]["auxiliary"])[1]["weight"] == 0.2
+    logged = (tmp_path / "full" / "csv" / "version_0" / "metrics.csv").read_text().splitlines()
+    assert "train/loss/negation_gap" in logged[0] and "train/loss/positive_gap" in logged[0]
+
+
+def test_a_term_is_refused_before_any_model_loads_for_a_view_the_data_lacks_or_a_taken_label(
+    overrides, conf_dir, role_parts, tmp_path, forbid_model_loading
+):
+    (conf_dir / "auxiliary" / "hard_gap.yaml").write_text(HARD_GAP_YAML)
+    (conf_dir / "auxiliary" / "positive_gap.yaml").write_text(POSITIVE_GAP_YAML)
+    message = r"auxiliary=hard_gap reads the training view 'hard_negative_1', which data.corpus=.* does not make"
+    with pytest.raises(SentembConfigError, match=message):
+        prepare_run(compose_train([*overrides, "auxiliary=[hard_gap]"], tmp_path))
+    (conf_dir / "auxiliary" / "local_gap.yaml").write_text("# @package auxiliary.local_gap\nname: local_gap\n")
+    part("auxiliary", "local_gap")(LocalGap)
+    with pytest.raises(SentembConfigError, match=r"train/loss/local, which is pooling=hicl's own term"):
+        prepare_run(compose_train([*overrides, "pooling=hicl", "auxiliary=[local_gap]"], tmp_path))

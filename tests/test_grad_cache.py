@@ -104,7 +104,7 @@ def assert_replay_equals_the_chunked_forward_with_graph(module: SentembModule, b
     rows = {name: torch.cat([out[name] for out in outputs])[where] for name in outputs[0]}
     views = module.encoder.pooling.training_views(rows, prepared, batch["input_ids"].shape[0])
     reference = views.global_weight * module.loss(views.z1, views.z2).loss
-    for weight, value in views.auxiliary.values():  # added one by one, as step_loss does (float sums: same order)
+    for weight, value in views.own_terms.values():  # added one by one, as step_loss does (float sums: same order)
         reference = reference + weight * value
     reference.backward()
     torch.testing.assert_close(total.detach(), reference.detach(), rtol=0, atol=0)  # one computation, twice

@@ -22,8 +22,8 @@ from sentemb.data.datamodule import LabelledDataModule
 from sentemb.data.labelled import ABSENT, NLI_COLUMNS, read_labelled, text_id
 from sentemb.data.views import ViewCollator
 from sentemb.losses import build
+from sentemb.losses.inputs import LossInputs, duplicate_mask
 from sentemb.training.checks import prepare_run
-from sentemb.training.labelled_views import duplicate_mask
 from sentemb.training.module import SentembModule
 from tests.conftest import compose_train
 from tests.test_train import run
@@ -201,7 +201,7 @@ def test_infonce_with_hard_negatives_equals_the_loop(weight, blocks):
     z1, z2 = torch.randn(5, 8, dtype=torch.float64), torch.randn(5, 8, dtype=torch.float64)
     hard = [torch.randn(5, 8, dtype=torch.float64) for _ in range(blocks)]
     loss = build("infonce", tau=0.1, hard_negative_weight=weight)
-    got = loss(z1, z2, negatives=torch.cat(hard), hard_negatives=blocks).loss
+    got = loss(z1, z2, hard_negatives=tuple(hard)).loss
     # float64 on both sides; the loop sums exp in another order: 1e-12
     assert abs(float(got) - naive_infonce(z1, z2, hard, 0.1, weight)) < 1e-12
 
@@ -230,7 +230,16 @@ def test_duplicates_are_masked_as_the_rule_says():
         [c, e, b],  # b, row 0's positive, is this row's hard negative
         [d, a, ABSENT],  # a hard negative this row lacks
     ]
-    got = duplicate_mask(torch.tensor(ids))
+    tensor = torch.tensor(ids)
+    views = [torch.randn(4, 3) for _ in range(3)]  # the mask reads no embedding
+    inputs = LossInputs(
+        anchors=views[0],
+        positives=views[1],
+        hard_negatives=(views[2],),
+        absent=tensor[:, 2:] == ABSENT,
+        duplicates=duplicate_mask(tensor),
+    )
+    got = inputs.candidate_exclusion()  # the duplicates' and the absent hard negatives' one mask
     assert torch.equal(got, naive_duplicates(ids))
     assert got[0, 1] and got[1, 0] and got[0, 4 + 2] and got[:, 4 + 3].all() and not got.diagonal().any()
 

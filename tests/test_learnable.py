@@ -13,15 +13,18 @@ import torch
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.data.labelled import text_id
+from sentemb.losses.base import IN_BATCH_NEGATIVES
+from sentemb.losses.inputs import duplicate_mask
+from sentemb.losses.registry import available, learning_need, loss_config
 from sentemb.training.checks import prepare_run
-from sentemb.training.labelled_views import duplicate_mask
 from sentemb.training.learnable import no_usable_negative
 from sentemb.training.module import SentembModule
 from tests.conftest import compose_train
 from tests.test_labelled import labelled_batch, write_csv
 from tests.test_train import run
 
-NEGATIVES_LOSSES = ("infonce", "met", "mpt", "mat", "arccon", "paradigm", "focal")  # the list
+# the registry's losses that learn from in-batch negatives (what each declares: `learns_from`)
+NEGATIVES_LOSSES = [name for name in available() if learning_need(loss_config(name)) == IN_BATCH_NEGATIVES]
 
 
 def prepared(overrides: list[str], tmp_path: Path) -> None:

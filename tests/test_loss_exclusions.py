@@ -195,12 +195,12 @@ def test_the_symmetric_direction_gets_the_transposed_block_and_the_same_extra_co
     assert got == pytest.approx(expected, **TOLERANCE)
 
 
-def test_the_reference_convention_excludes_as_the_paper_does_where_it_is_the_same_computation():
+@pytest.mark.parametrize("name", ["infonce", "arccon", "mpt", "mat"])  # MET's reference distance adds an ε
+def test_the_reference_convention_excludes_as_the_paper_does_where_it_is_the_same_computation(name):
     z1, z2, queue, excluded = batch(6)
-    for name in ("infonce", "arccon", "mpt", "mat"):
-        paper = build(name)(z1, z2, queue, excluded=excluded)
-        reference = build(name, convention="reference")(z1, z2, queue, excluded=excluded)
-        assert torch.equal(paper.loss, reference.loss), name
+    paper = build(name)(z1, z2, queue, excluded=excluded)
+    reference = build(name, convention="reference")(z1, z2, queue, excluded=excluded)
+    assert torch.equal(paper.loss, reference.loss), name
 
 
 def test_the_telemetry_reads_the_negatives_left():

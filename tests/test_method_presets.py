@@ -116,7 +116,7 @@ TINY = {
 }
 # what a tiny preset may change in its base preset: the model, the run's size, CPU precision, the queue's length
 TINY_CHANGES = {"task_name", "data.batch_size", "negatives.queue_size", "trainer.precision", "trainer.max_steps"}
-TINY_CHANGES |= {"eval.every_n_steps", "auxiliary.source"}
+TINY_CHANGES |= {"eval.every_n_steps", "auxiliary.sncse.source"}
 TINY_CHANGES |= {"head.generator", "negatives.complementary"}  # DiffCSE's and DCLR's offline stand-ins
 METHOD_PREFIXES = ("esimcse_", "sncse_", "hicl_", "sarcse_", "diffcse_", "dclr_", "focal_diffcse_", "focal_dclr_")
 # HiCL A.4: stage 1's α grid, stage 2's learning rates per method
@@ -176,8 +176,8 @@ def test_preset_holds_the_papers_values(name, tmp_path):
         assert choice(cfg, "auxiliary") == "sncse"
         margin = cfg.auxiliary
         assert (margin.weight, margin.alpha, margin.beta) == (want["weight"], 0.1, 0.3)
-        assert cfg.auxiliary.source == "rule" and cfg.auxiliary.convention == "paper"
-        assert cfg.auxiliary.lookup_quirk is None, "the paper convention's lookup"
+        assert cfg.auxiliary.sncse.source == "rule" and cfg.auxiliary.sncse.convention == "paper"
+        assert cfg.auxiliary.sncse.lookup_quirk is None, "the paper convention's lookup"
         assert (cfg.pooling.template, cfg.pooling.positive_template) == (ANCHOR_TEMPLATE, POSITIVE_TEMPLATE)
         assert cfg.pooling.mlp == "train"
 
@@ -294,7 +294,7 @@ def test_tiny_preset_is_its_base_preset_at_toy_size(name, tmp_path):
     if choice(tiny, "head") == "diffcse":
         assert tiny.head.generator in ("tiny", "uniform"), "offline"
     if tiny.get("auxiliary"):
-        assert tiny.auxiliary.source == "rule", "offline"
+        assert tiny.auxiliary.sncse.source == "rule", "offline"
     small, large = flat(tiny), flat(full)
     changed = {k for k in small.keys() | large.keys() if small.get(k) != large.get(k)}
     assert changed <= TINY_CHANGES, f"{name} changes {sorted(changed - TINY_CHANGES)} of {base}"

@@ -211,7 +211,7 @@ def test_training_batches_carry_their_own_masks(tokenizer, tmp_path):
 
     def loss(prepared, n):
         views = encoder.pooling.training_views(encoder.training_rows(prepared), prepared, n)
-        return views.auxiliary["mntp"][1]
+        return views.own_terms["mntp"][1]
 
     alone = []
     for seed, batch in enumerate(batches):

@@ -14,6 +14,7 @@ import torch.distributed as dist
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.hydra_plumbing import resolved_container
 from sentemb.losses import build
+from sentemb.losses.registry import negatives_losses
 from sentemb.training.checks import check_parts, prepare_run
 from sentemb.training.module import SentembModule
 from sentemb.training.negatives.base import check_resumed_negatives
@@ -153,7 +154,7 @@ def test_refused_combinations_name_their_reason_before_any_model_loads(
 
 
 def test_every_loss_with_a_negatives_denominator_trains_with_the_queue(tmp_path):
-    for loss in ("infonce", "focal", "arccon", "mpt", "met", "mat", "paradigm"):
+    for loss in negatives_losses():
         cfg = compose_train(["model=tiny", "negatives=momentum", f"loss={loss}"], tmp_path / loss)
         check_parts(cfg)
         module = SentembModule.from_config(cfg)

@@ -337,7 +337,7 @@ def test_soft_negatives_from_a_file_missing_sentences_names_file_count_first_and
     with pytest.raises(SentembConfigError) as err:
         soft_negatives(["a.", "b.", "c."], "file", path=str(path))
     message = str(err.value)
-    assert f"auxiliary.path={path}" in message and "2 of 3 sentences" in message and "'b.'" in message
+    assert f"auxiliary.sncse.path={path}" in message and "2 of 3 sentences" in message and "'b.'" in message
     assert "python -m sentemb.negate" in message
 
 
@@ -356,8 +356,8 @@ def test_soft_negatives_reads_a_file_once_until_it_changes(tmp_path, monkeypatch
 @pytest.mark.parametrize(
     ("source", "path", "named"),
     [
-        ("parse", None, "auxiliary.source='parse'"),
-        ("file", None, "needs auxiliary.path"),
+        ("parse", None, "auxiliary.sncse.source='parse'"),
+        ("file", None, "needs auxiliary.sncse.path"),
         ("file", "missing.jsonl", "does not exist"),
     ],
 )
@@ -401,9 +401,9 @@ def test_source_spacy_without_spacy_names_the_fix(without_spacy):
         with pytest.raises(SentembConfigError) as err:
             call()
         message = str(err.value)
-        assert "auxiliary.source=spacy: spaCy is not installed" in message
+        assert "auxiliary.sncse.source=spacy: spaCy is not installed" in message
         assert "pip install 'sentemb[spacy]'" in message and "python -m spacy download en_core_web_sm" in message
-        assert "auxiliary.source=rule" in message
+        assert "auxiliary.sncse.source=rule" in message
 
 
 class FakeToken:
@@ -473,7 +473,7 @@ def test_negate_spacy_refuses_a_pipeline_without_parser_and_a_missing_one(fake_s
         negate_spacy(["The sky is blue."], model=str(tmp_path / "no-parser"))
     with pytest.raises(SentembConfigError) as err:
         check_soft_negative_source("spacy", None, "xx_no_such_pipeline_sm")
-    assert "auxiliary.spacy_model=xx_no_such_pipeline_sm is not installed" in str(err.value)
+    assert "auxiliary.sncse.spacy_model=xx_no_such_pipeline_sm is not installed" in str(err.value)
     assert "python -m spacy download xx_no_such_pipeline_sm" in str(err.value)
 
 

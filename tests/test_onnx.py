@@ -19,6 +19,7 @@ import yaml
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.hydra_plumbing import compose_config
+from sentemb.common.parts import lookup, names
 from sentemb.encoders.build import build_encoder
 from sentemb.encoders.poolings.templates import real_ids
 from sentemb.encoders.serving.onnx_embedder import OnnxEncoder
@@ -49,6 +50,10 @@ GRAPHS = {
     "bert-prompt": (TINY_BERT, conf("pooling", "prompt", max_length=16)),  # the template's own cut, too
     "llama-last_token": (conf("model", "tiny-llama"), conf("pooling", "last_token")),
 }
+# every pooling that serves decoders, from the registry (latent has its own small shape above)
+DECODER_POOLINGS = [
+    name for name in names("pooling") if lookup("pooling", name).fits(decoder=True) and name != "latent"
+]
 SLOW_GRAPHS = {
     "llama-latent": (conf("model", "tiny-llama"), LATENT),
     "bert-cls": (TINY_BERT, conf("pooling", "cls")),
@@ -62,7 +67,7 @@ SLOW_GRAPHS = {
     **{
         f"{family}-{pooling}": (conf("model", f"tiny-{family}"), conf("pooling", pooling))
         for family in ("llama", "mistral", "qwen2", "qwen3")
-        for pooling in ("last_token", "weighted_mean", "prompt_eol", "mean")
+        for pooling in DECODER_POOLINGS
     },
 }
 

@@ -61,10 +61,10 @@ def test_padding_free_encode_and_training_views_equal_padded(backbone, part):
     views = [encoder.train().training_views(batch) for encoder in (packed, padded)]
     torch.testing.assert_close(views[0].z1, views[1].z1, **TOLERANCE)
     torch.testing.assert_close(views[0].z2, views[1].z2, **TOLERANCE)
-    assert views[0].auxiliary.keys() == views[1].auxiliary.keys()
-    for label, (weight, value) in views[0].auxiliary.items():
-        assert weight == views[1].auxiliary[label][0]
-        torch.testing.assert_close(value, views[1].auxiliary[label][1], **TOLERANCE, msg=label)
+    assert views[0].own_terms.keys() == views[1].own_terms.keys()
+    for label, (weight, value) in views[0].own_terms.items():
+        assert weight == views[1].own_terms[label][0]
+        torch.testing.assert_close(value, views[1].own_terms[label][1], **TOLERANCE, msg=label)
 
 
 def test_the_backbone_computes_only_real_tokens():

@@ -4,21 +4,32 @@ the empty queue against the loss without one, gradients and numerics, and which 
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.paths import PROJECT_ROOT
 from sentemb.losses import InfoNCE, Objective, available, build
-from sentemb.losses.registry import loss_config, negatives_refusal
+from sentemb.losses.inputs import SCORES
+from sentemb.losses.registry import declared_loss, loss_config, negatives_losses, negatives_refusal
 
 N, K, D = 6, 4, 5
 # float64 on both sides: only the order of summation differs (~1e-15 relative), far below 1e-12
 TOLERANCE = {"rel": 1e-12, "abs": 1e-12}
-TAKES = ("infonce", "focal", "arccon", "mpt", "met", "mat", "paradigm")
-REFUSES = ("barlow", "vicreg", "align_mhe", "align_mhs", "mmhe", "mmhs", "mbarlow", "mvicreg")
-# refuse them too, and need each pair's gold score (`scores=`) besides: tests/test_scored_losses.py
-SCORED = ("cosent", "angle", "cosine_mse")
+# from the registry, by what each loss declares (a wrapper of losses, loss=sum, is its terms': below)
+OWN_LOSSES = [name for name in available() if not declared_loss({"name": name}).wraps_losses]
+TAKES = [name for name in OWN_LOSSES if negatives_refusal(loss_config(name)) is None]
+SCORED = [name for name in OWN_LOSSES if SCORES in declared_loss({"name": name}).reads]
+REFUSES = [name for name in OWN_LOSSES if name not in TAKES and name not in SCORED]
+# the losses whose `convention=reference` form is the paper's computation (they do not override `reference`)
+SAME_IN_REFERENCE = [
+    name
+    for name in TAKES
+    if "reference" in declared_loss({"name": name}).conventions
+    and declared_loss({"name": name}).reference is Objective.reference
+]
 
 
 def batch(seed: int = 0, n: int = N, k: int = K) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -171,7 +182,7 @@ def test_the_queue_changes_the_loss_a_batch_alone_gives():
 
 def taking_configs() -> list[tuple[str, dict]]:
     configs = [(name, {}) for name in TAKES] + [(name, {"symmetric": True}) for name in TAKES]
-    configs += [(name, {"convention": "reference"}) for name in ("infonce", "arccon", "mpt", "met", "mat")]
+    configs += [(name, {"convention": "reference"}) for name in SAME_IN_REFERENCE]
     configs += [("paradigm", {"gd": gd, "w": w, "r": r}) for gd, w, r in [("infonce", "power", "arccon")]]
     configs += [("sum", {"terms": {"infonce": {"weight": 1.0}, "mpt": {"weight": 0.5, "m": 0.1}}})]
     return configs
@@ -227,11 +238,11 @@ def test_a_batch_of_one_learns_from_the_queue_alone():
     assert InfoNCE()(z1, z2, queue[:0]).loss.item() == 0.0
 
 
-def test_reference_convention_takes_the_queue_as_the_paper_does():
+@pytest.mark.parametrize("name", ["infonce", "arccon", "mpt", "mat"])  # MET's reference distance adds an ε
+def test_reference_convention_takes_the_queue_as_the_paper_does(name):
     z1, z2, queue = batch(8)
-    for name in ("infonce", "arccon", "mpt", "mat"):
-        paper, reference = build(name)(z1, z2, queue), build(name, convention="reference")(z1, z2, queue)
-        assert torch.equal(paper.loss, reference.loss), name
+    paper, reference = build(name)(z1, z2, queue), build(name, convention="reference")(z1, z2, queue)
+    assert torch.equal(paper.loss, reference.loss), name
 
 
 def test_a_float32_queue_under_bf16_autocast_gives_float32_similarities():
@@ -247,16 +258,21 @@ def test_a_queue_of_the_wrong_width_is_refused():
         InfoNCE()(z1, z2, queue[:, :3])
 
 
-def test_every_loss_takes_extra_negatives_or_says_why_not():
-    for name in available():
-        config = loss_config(name)
-        reason = negatives_refusal(config)
-        assert reason is None or (isinstance(reason, str) and reason.strip()), name
-        if name == "sum":
-            continue  # its terms decide (below); its empty default cannot be built
-        expected_refused = name in REFUSES or name in SCORED
-        assert (reason is not None) == expected_refused, (name, reason)
-        assert name in TAKES or expected_refused, f"{name}: declare it in TAKES or REFUSES"
+@pytest.mark.parametrize("name", OWN_LOSSES)
+def test_every_loss_does_what_it_declares_about_extra_negatives(name):
+    """The contract, from the registry: a loss that declares extra negatives takes a queue (its loss changes with a
+    queue holding the hardest negative); one that refuses them says why, in one sentence, and refuses a queue."""
+    reason = negatives_refusal(loss_config(name))
+    assert reason is None or (isinstance(reason, str) and reason.strip().endswith(".")), name
+    z1, z2, queue = batch(15)
+    queue = torch.cat((queue, z1[:1]))
+    scores = {"scores": torch.linspace(0.0, 1.0, N, dtype=torch.float64)} if name in SCORED else {}
+    loss = build(name)
+    if reason is None:
+        assert loss(z1, z2, queue).loss.item() != loss(z1, z2).loss.item(), name
+    else:
+        with pytest.raises(SentembConfigError, match="takes no extra negatives"):
+            loss(z1, z2, queue, **scores)
 
 
 @pytest.mark.parametrize("name", REFUSES)
@@ -284,12 +300,10 @@ def test_scored_pair_losses_refuse_a_queue_before_and_after_building(name):
         assert reason in str(err.value)
 
 
-def test_named_refusals_say_why():
+@pytest.mark.parametrize("name", ["align_mhe", "align_mhs", "mmhe", "mmhs", "mbarlow", "mvicreg"])
+def test_named_refusals_say_why(name):
+    assert "same-view pairs" in negatives_refusal(loss_config(name)), name
     assert "cross-correlation" in negatives_refusal(loss_config("barlow"))
-    for name in ("align_mhe", "align_mhs", "mmhe", "mmhs"):
-        assert "same-view pairs" in negatives_refusal(loss_config(name)), name
-    for name in ("mbarlow", "mvicreg"):
-        assert "same-view pairs" in negatives_refusal(loss_config(name)), name
     assert "variance and covariance" in negatives_refusal(loss_config("vicreg"))
 
 
@@ -333,3 +347,10 @@ def test_a_weighted_sum_with_a_refusing_term_names_it():
         build("sum", terms=terms)(z1, z2, queue)
     built = {"mine": {"weight": 1.0, "objective": build("mmhe")}}
     assert "'mine'" in negatives_refusal({"name": "sum", "terms": built})
+
+
+def test_the_docs_list_the_losses_that_take_negatives_as_the_registry_does():
+    """docs/labelled.md names the losses that take hard negatives as extra columns: the registry's, all of them."""
+    page = (PROJECT_ROOT / "docs" / "labelled.md").read_text(encoding="utf-8")
+    listed = re.search(r"The losses with a negatives' denominator take\s+them: ((?:`\w+`,?\s*)+)", page).group(1)
+    assert re.findall(r"`(\w+)`", listed) == negatives_losses()

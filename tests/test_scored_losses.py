@@ -10,12 +10,15 @@ import torch
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.losses import build
-from sentemb.losses.base import Objective
-from sentemb.losses.registry import loss_config, negatives_refusal
+from sentemb.losses.base import RANKED_SCORES, Objective
+from sentemb.losses.inputs import SCORES
+from sentemb.losses.registry import available, declared_loss, loss_config, negatives_refusal
 from sentemb.losses.scored import AnglE, CoSENT, CosineMSE, ScoredPairObjective
 
-SCORED = ["cosent", "angle", "cosine_mse"]
-RANKING = ["cosent", "angle"]  # use the scores' order only: nothing to learn without a strictly ordered pair of pairs
+# the registry's losses that read scores, and those that rank them (use the scores' order only: nothing to learn
+# without a strictly ordered pair of pairs)
+SCORED = [name for name in available() if SCORES in declared_loss({"name": name}).reads]
+RANKING = [name for name in SCORED if declared_loss({"name": name}).learns_from == RANKED_SCORES]
 
 
 def pairs(n: int = 6, d: int = 8, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -214,8 +217,8 @@ def test_built_from_the_yaml_with_its_defaults_and_flagged_as_taking_scores():
     assert isinstance(angle_loss, AnglE)
     assert (angle_loss.scale, angle_loss.cosine_weight, angle_loss.angle_weight) == (20.0, 0.0, 1.0)
     assert isinstance(mse, CosineMSE)
-    assert all(loss.takes_scores for loss in (cosent, angle_loss, mse)) and not Objective.takes_scores
-    assert not build("infonce").takes_scores
+    assert all(SCORES in loss.reads for loss in (cosent, angle_loss, mse)) and SCORES not in Objective.reads
+    assert SCORES not in build("infonce").reads
     with pytest.raises(SentembConfigError, match="loss.scale=0"):
         build("cosent", scale=0)
     with pytest.raises(SentembConfigError, match="loss.cosine_weight=-1"):

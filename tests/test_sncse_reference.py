@@ -1,4 +1,4 @@
-"""SNCSE's `auxiliary.convention=reference` against the released training's token rows (findings 19 and 20).
+"""SNCSE's `auxiliary.sncse.convention=reference` against the released training's token rows (findings 19 and 20).
 
 Source: Sense-GVT/SNCSE @faa013eae581ad1bebb0b313520364e31bde7e25, SNCSE/train_SNCSE.py, `prepare_features`, the
 `Different_Prompt_Negation` branch (lines 489-541, the one its `__main__` selects at lines 674-678), restated below
@@ -47,7 +47,7 @@ NEGATIONS = {
 RELEASED_OVERRIDES = [
     "auxiliary=sncse",
     "pooling=prompt",
-    "auxiliary.convention=reference",
+    "auxiliary.sncse.convention=reference",
     f"pooling.template='{SNCSE_REFERENCE_TEMPLATES[0]}'",
     f"pooling.positive_template='{SNCSE_REFERENCE_TEMPLATES[1]}'",
     f"pooling.max_length={MAX_LENGTH}",
@@ -97,7 +97,7 @@ def released_rows(tokenizer, sentences: list[str], negation: dict[str, str], rob
 def sentemb_rows(overrides: list[str], model: str, negations: Path, tmp_path: Path) -> tuple[list[list[int]], object]:
     """The anchor, positive and negation rows sentemb trains on: the data views (`encode_views`, the collator) through
     the prompt pooling's `training_batch`, real tokens only; [anchors..., positives..., negations...]."""
-    file = ["auxiliary.source=file", f"auxiliary.path={negations}", f"data.max_length={MAX_LENGTH}"]
+    file = ["auxiliary.sncse.source=file", f"auxiliary.sncse.path={negations}", f"data.max_length={MAX_LENGTH}"]
     cfg = compose_train([f"model={model}", *overrides, *file], tmp_path)
     check_parts(cfg)
     torch.manual_seed(0)
@@ -135,7 +135,9 @@ def test_the_paper_form_differs_from_the_released_rows_where_the_docs_say(model,
     template's pieces without the released spaces (finding 20: no lone-space token after the opening quote, no space
     before the closing one; the tiny BPE has no merged space-quote, so here its rows are two tokens shorter and the
     sentence gets those two); for WordPiece the spaces make no difference, so a punctuated sentence's rows agree."""
-    rows, tokenizer = sentemb_rows([*PAPER_OVERRIDES, "auxiliary.lookup_quirk=true"], model, negation_file, tmp_path)
+    rows, tokenizer = sentemb_rows(
+        [*PAPER_OVERRIDES, "auxiliary.sncse.lookup_quirk=true"], model, negation_file, tmp_path
+    )
     released = released_rows(tokenizer, SENTENCES, NEGATIONS, roberta)
     assert rows[1] != released[1][0], "'The cat sat on the mat' without its ' .'"
     if roberta:
@@ -149,9 +151,9 @@ def test_the_paper_form_differs_from_the_released_rows_where_the_docs_say(model,
     ("overrides", "message"),
     [
         ([*RELEASED_OVERRIDES, f"pooling.template='{PROMPTBERT_TEMPLATE}'"], "pooling.template="),
-        (["auxiliary=sncse", "auxiliary.convention=reference"], "pooling=cls"),
-        ([*RELEASED_OVERRIDES, "auxiliary.lookup_quirk=false"], "lookup_quirk=false with .*convention=reference"),
-        ([*RELEASED_OVERRIDES, "auxiliary.convention=released"], "auxiliary.convention='released'"),
+        (["auxiliary=sncse", "auxiliary.sncse.convention=reference"], "pooling=cls"),
+        ([*RELEASED_OVERRIDES, "auxiliary.sncse.lookup_quirk=false"], "lookup_quirk=false with .*convention=reference"),
+        ([*RELEASED_OVERRIDES, "auxiliary.sncse.convention=released"], "auxiliary.sncse.convention='released'"),
     ],
     ids=["paper-template", "no-prompt", "lookup-off", "unknown"],
 )

@@ -122,11 +122,11 @@ def test_hicl_slices_all_three_views_and_composes_with_the_queue(tmp_path):
 @pytest.mark.parametrize(
     ("overrides", "key"),
     [
-        (["auxiliary.alpha=0.5"], "auxiliary.alpha"),
-        (["auxiliary.weight=-1"], "auxiliary.weight"),
-        (["auxiliary.source=oracle"], "auxiliary.source"),
-        (["auxiliary.source=file"], "path"),
-        (["auxiliary.source=file", "auxiliary.path=/no/such/negations.jsonl"], "negations.jsonl"),
+        (["auxiliary.sncse.alpha=0.5"], "auxiliary.sncse.alpha"),
+        (["auxiliary.sncse.weight=-1"], "auxiliary.sncse.weight"),
+        (["auxiliary.sncse.source=oracle"], "auxiliary.sncse.source"),
+        (["auxiliary.sncse.source=file"], "path"),
+        (["auxiliary.sncse.source=file", "auxiliary.sncse.path=/no/such/negations.jsonl"], "negations.jsonl"),
         (["pooling.positive_template='no mask here'"], "pooling.positive_template"),
     ],
 )

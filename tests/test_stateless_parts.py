@@ -29,7 +29,7 @@ def test_interleaved_prepare_calls_give_what_each_batch_gives_alone(name):
 
     def total(views) -> torch.Tensor:
         value = views.global_weight * loss(views.z1, views.z2).loss
-        return value + sum(weight * term for weight, term in views.auxiliary.values())
+        return value + sum(weight * term for weight, term in views.own_terms.values())
 
     alone = [(encoder(batch), total(encoder.training_views(batch))) for batch in (first, second)]
 

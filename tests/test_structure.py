@@ -137,6 +137,33 @@ def test_the_layout_page_states_the_layers_in_their_order():
     assert [*tree, "top"] == list(LAYERS), tree
 
 
+def layout_tree(page: str) -> set[str]:
+    """The modules the layout page's tree lists, as paths under sentemb/ (each entry's folder from its indentation)."""
+    block = page.split("```\nsentemb/\n", 1)[1].split("```", 1)[0]
+    listed, folders = set(), []
+    for line in block.splitlines():
+        match = re.match(r"^( +)([\w./]+)(?: |$)", line)
+        if not match or not match.group(2).replace("/", "").replace(".", "").replace("_", "").isalnum():
+            continue
+        depth = len(match.group(1)) // 2 - 1
+        name = match.group(2)
+        folders = folders[:depth]
+        if name.endswith("/"):
+            folders.append(name.rstrip("/"))
+        elif name.endswith(".py"):
+            listed.add("/".join([*folders, name]))
+    return listed
+
+
+def test_the_layout_page_lists_every_module():
+    """docs/layout.md's tree is complete: every module of the package (but the packages' __init__.py) is a row."""
+    page = (PACKAGE.parent / "docs" / "layout.md").read_text(encoding="utf-8")
+    modules = {str(path.relative_to(PACKAGE)) for path in MODULES.values() if path.name != "__init__.py"}
+    listed = layout_tree(page) - {"__init__.py"}
+    assert not modules - listed, f"modules missing from docs/layout.md's tree: {sorted(modules - listed)}"
+    assert not listed - modules, f"rows of docs/layout.md's tree with no module: {sorted(listed - modules)}"
+
+
 def test_no_command_imports_another():
     commands = {f"sentemb.{command}" for command in COMMANDS}
     for command in sorted(commands):
@@ -197,7 +224,7 @@ if __name__ == "__main__":
 # the generic core: it builds and runs whatever parts a config names, and names no method (a comment or docstring may
 # cite one as an example)
 CORE = ("training/module.py", "encoders/build.py", "encoders/part_configs.py", "encoders/poolings/base.py")
-CORE += ("training/checks.py",)
+CORE += ("training/checks.py", "training/loss_inputs.py", "losses/inputs.py", "losses/base.py")
 METHODS = re.compile(r"momentum|dclr|sncse|soft.?negative|negation|diffcse|sarcse|mntp|esimcse|hicl", re.IGNORECASE)
 
 
@@ -251,3 +278,113 @@ def test_no_import_is_kept_only_to_register_a_part():
         if "noqa: F401" in line and "regist" in line.partition("noqa: F401")[2]  # its reason: to register
     ]
     assert not kept, f"a part kind's package registers its parts when looked up (common/parts.py): {kept}"
+
+
+# ---- contracts on the parts, not in lists
+
+
+def part_bases() -> list[type]:
+    """The base class of every kind of part a config names by registry name (each declares its flags on itself)."""
+    from sentemb.encoders.poolings.base import Pooling
+    from sentemb.losses.base import Objective
+    from sentemb.training.auxiliary import AuxiliaryTerm
+    from sentemb.training.negatives import NegativesPart
+
+    return [Objective, Pooling, NegativesPart, AuxiliaryTerm]
+
+
+def declared_flags() -> set[str]:
+    """The plain values the part bases (and their sentemb mixins) declare at class level: what a part says about
+    itself (`reads`, `no_negatives`, `label`, `graph_refusal`, ...), read as an attribute of a part of that base."""
+    flags = set()
+    for base in part_bases():
+        for cls in base.__mro__:
+            if cls.__module__.startswith("sentemb."):
+                flags |= {
+                    name
+                    for name, value in vars(cls).items()
+                    if not name.startswith("_")
+                    and not callable(value)
+                    and not isinstance(value, property | classmethod)
+                }
+    return flags
+
+
+def getattr_of_flags(path: Path, flags: set[str]) -> list[str]:
+    """Each getattr/hasattr of `path` that reads one of `flags` by name: a part whose base declares the flag has it."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [
+        f"{shown(path)}:{node.lineno}: {node.args[1].value!r}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("getattr", "hasattr")
+        and len(node.args) >= 2
+        and isinstance(node.args[1], ast.Constant)
+        and node.args[1].value in flags
+    ]
+
+
+def shown(path: Path) -> str:
+    return str(path.relative_to(PROJECT_ROOT)) if path.is_relative_to(PROJECT_ROOT) else str(path)
+
+
+def test_the_flags_finder_finds_one(tmp_path):
+    source = tmp_path / "reads_a_flag.py"
+    source.write_text("def f(loss):\n    return getattr(loss, 'no_negatives', None), getattr(loss, 'tau', 0)\n")
+    assert getattr_of_flags(source, {"no_negatives"}) == [f"{source}:2: 'no_negatives'"]
+
+
+def test_no_getattr_reads_a_declared_flag_of_a_part():
+    flags = declared_flags()
+    assert {"reads", "no_negatives", "label", "graph_refusal"} <= flags, "the finder sees the bases' declarations"
+    found = [line for path in MODULES.values() for line in getattr_of_flags(path, flags)]
+    assert not found, "a part's base declares this flag (read it as an attribute):\n" + "\n".join(found)
+
+
+def name_lists(path: Path, kinds: dict[str, set[str]]) -> list[str]:
+    """Each collection of bare names (a list, tuple or set literal, or a comma-joined string) in `path` holding 3 or
+    more registered names of one kind, outside `pytest.mark.parametrize`'s arguments (examples a test picks, not a
+    list a new part must join)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skipped = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and "parametrize" in ast.unparse(node.func)
+        for argument in node.args[1:]
+        for inner in ast.walk(argument)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        values: list[str] = []
+        if isinstance(node, ast.List | ast.Tuple | ast.Set):
+            values = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+            values = values if len(values) == len(node.elts) else []
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and ", " in node.value:
+            values = [piece.strip() for piece in node.value.split(",")]
+        for kind, registered in kinds.items():
+            if len(values) >= 3 and all(value in registered for value in values):
+                found.append(f"{shown(path)}:{node.lineno}: {kind}: {', '.join(values)}")
+    return found
+
+
+def test_no_list_of_part_names_outside_the_registry():
+    """A list of parts a new part would have to join (the losses that take negatives, the scored ones, the terms) is
+    derived from the registry and what each part declares; the registry and the yaml are the only lists."""
+    from sentemb.common.parts import KINDS, names
+
+    kinds = {kind: set(names(kind)) for kind in KINDS}
+    tests = sorted((PROJECT_ROOT / "tests").glob("*.py"))
+    found = [line for path in [*MODULES.values(), *tests] for line in name_lists(path, kinds)]
+    assert not found, "a list of part names (derive it from the registry):\n" + "\n".join(found)
+
+
+def test_the_name_list_finder_finds_one(tmp_path):
+    listed = tmp_path / "listed.py"
+    listed.write_text(
+        "TAKES = ('a', 'b', 'c')\nFIX = 'a, b, c'\nPAIR = ['a', 'b']\n"
+        "@pytest.mark.parametrize('name', ['a', 'b', 'c'])\ndef test(name): ...\n"
+    )
+    assert name_lists(listed, {"loss": {"a", "b", "c"}}) == [f"{listed}:1: loss: a, b, c", f"{listed}:2: loss: a, b, c"]

@@ -54,6 +54,8 @@ class Part:
     why_not: str = ""  # why it cannot serve the other backbones (said when refused)
     export: str = SENTEMB  # NATIVE, SENTEMB or TRAINS_ONLY (poolings and heads)
     positions: Callable[..., int | None] | None = None  # a backbone loader's position limit from its options alone
+    # the settings it runs only beside (overrides, e.g. a scored loss's scored data): what a run must add to pick it
+    companions: tuple[str, ...] = ()
 
     @property
     def build(self) -> Callable[..., Any]:
@@ -95,6 +97,7 @@ def register_part(
     why_not: str = "",
     export: str = SENTEMB,
     positions: Callable[..., int | None] | None = None,
+    companions: tuple[str, ...] = (),
 ) -> str:
     """Lets configs name `build` (a class or loader of your own) as a `kind` part, by `name` (default: its Python
     name), with the facts of `Part`. Call it before building. Returns the name configs use.
@@ -109,7 +112,7 @@ def register_part(
             f"{ENCODERS}, {DECODERS}, {BOTH}; export one of {NATIVE}, {SENTEMB}, {TRAINS_ONLY}"
         )
     name = name or build.__name__
-    entry = Part(kind, name, build, serves, why_not, export, positions)
+    entry = Part(kind, name, build, serves, why_not, export, positions, tuple(companions))
     existing = REGISTRY[kind].get(name)
     if existing is not None and existing.path != entry.path:
         raise SentembConfigError(f"register_part: {kind} name {name!r} is taken by {existing.path}. Fix: another name")

@@ -480,11 +480,6 @@ def column_layout(
         raise SentembConfigError(
             f"{where}: two score columns ({', '.join(scores)}). Fix: data.columns=[<sentence 1>,<sentence 2>,<score>]"
         )
-    if scores and len(texts) != 2:
-        raise SentembConfigError(
-            f"{where}: a scored pair is (sentence1, sentence2, score), but the columns are {', '.join(chosen)}: "
-            f"{len(texts)} text columns beside {scores[0]!r}. Fix: data.columns=[<sentence 1>,<sentence 2>,{scores[0]}]"
-        )
     if len(texts) < 2:
         raise SentembConfigError(
             f"{where}: labelled rows need at least an anchor and a positive column, but the columns are "

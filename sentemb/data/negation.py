@@ -505,7 +505,7 @@ def quirk_lookup(sentence: str, table: dict[str, str]) -> str:
     lookup (`with_final_period`; the file's keys are the sentences as they are), so it misses and falls back to
     "Not " + sentence + " ."; a sentence missing from the table falls back to "Not " + sentence; and a negation
     whose stripped form does not end in punctuation gets " ." appended. (train_SNCSE.py appends the same " ." to the
-    sentence's own two views: `SoftNegatives.anchors` under auxiliary.convention=reference.)"""
+    sentence's own two views: `SoftNegatives.anchors` under auxiliary.sncse.convention=reference.)"""
     key = with_final_period(sentence)
     return with_final_period(table.get(key, "Not " + key))
 
@@ -517,7 +517,7 @@ def soft_negatives(
     lookup_quirk: bool = False,
     spacy_model: str = DEFAULT_SPACY_MODEL,
     *,
-    key_prefix: str = "auxiliary",
+    key_prefix: str = "auxiliary.sncse",
 ) -> list[str]:
     """Each sentence's soft negative (its negation), in order: the one entry point of the data pipeline.
 
@@ -568,7 +568,7 @@ def _lookup(table: dict[str, str], sentence: str) -> str | None:
     return found if found is not None else table.get(sentence.strip())
 
 
-def check_source_name(source: Any, key_prefix: str = "auxiliary") -> None:
+def check_source_name(source: Any, key_prefix: str = "auxiliary.sncse") -> None:
     if source not in SOURCES:
         raise SentembConfigError(
             f"{key_prefix}.source={source!r} is not a source of soft negatives. Fix: {key_prefix}.source=rule "
@@ -578,7 +578,7 @@ def check_source_name(source: Any, key_prefix: str = "auxiliary") -> None:
 
 
 def check_soft_negative_source(
-    source: str, path: str | None, spacy_model: str = DEFAULT_SPACY_MODEL, key_prefix: str = "auxiliary"
+    source: str, path: str | None, spacy_model: str = DEFAULT_SPACY_MODEL, key_prefix: str = "auxiliary.sncse"
 ) -> None:
     """The soft-negative settings checked in milliseconds, before any model loads: a known source; for source=file
     an existing file whose first non-blank line is a [sentence, negation] pair; for source=spacy spaCy and its

@@ -9,7 +9,7 @@ View 1, the anchor, is every batch's rows under the tokenizer's own names (`inpu
 - a `negation` view (asked for by SNCSE's margin term, `auxiliary=sncse`): each sentence's negation
   (`sentemb.data.negation`), tokenised and truncated to data.max_length, under `negation_input_ids`,
   `negation_attention_mask` (+ `negation_token_type_ids`).
-  Under auxiliary.convention=reference the anchor (and so the positive made from it) is the sentence as
+  Under auxiliary.sncse.convention=reference the anchor (and so the positive made from it) is the sentence as
   SNCSE's training reads it, " ." appended when it lacks final punctuation (`SoftNegatives.anchors`).
 
 Without them a batch holds exactly the anchor's keys. A view other than the anchor is keyed by its role

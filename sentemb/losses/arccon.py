@@ -26,12 +26,20 @@ import torch.nn.functional as F
 
 from sentemb.common.parts import part
 from sentemb.losses.base import IN_BATCH_NEGATIVES, LazyStats, LossOutput, Objective, require_positive
-from sentemb.losses.geometry import negative_softmax, negatives_logsumexp, paradigm_stats, positive_mask, safe_arccos
+from sentemb.losses.geometry import (
+    WEIGHTED_TELEMETRY,
+    negative_softmax,
+    negatives_logsumexp,
+    paradigm_stats,
+    positive_mask,
+    safe_arccos,
+)
 
 
 @part("loss", "arccon")
 class ArcCon(Objective):
     no_negatives = None
+    telemetry = WEIGHTED_TELEMETRY
     learns_from = IN_BATCH_NEGATIVES  # exactly 0 where every other candidate is masked as a duplicate
 
     def __init__(

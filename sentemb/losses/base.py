@@ -1,35 +1,26 @@
 """What every objective shares: its output type, the normalisation, and hyper-parameter checks.
 
-Conventions (docs/objectives.md): a loss takes the two views' raw embeddings
-(z, z') of shape (N, D), normalises them itself, computes similarities in float32 (float64
-inputs stay float64, for gradient tests) with autocast off, and uses one direction (h
-anchors against h' candidates) unless `symmetric=True`, which averages both directions.
+Conventions (docs/objectives.md): a loss takes one batch by role (`LossInputs`, losses/inputs.py: the anchors,
+their positives, any hard negatives, a negatives part's extra negatives and exclusions, scores, ...), normalises the
+embeddings itself, computes similarities in float32 (float64 inputs stay float64, for gradient tests) with autocast
+off, and uses one direction (h anchors against h' candidates) unless `symmetric=True`, which averages both directions.
 
 `convention`: `paper` (default) computes the paper's text; `reference` computes what the
 paper's public code computes for the same settings (sentemb/losses/reference.py), with that
 code's own direction handling, so `symmetric` is not used there.
 
-Extra negatives (ESimCSE's momentum queue): `forward(z1, z2, negatives)` with `negatives` of shape
-(K, D), normalised like the views. The h → h' direction's candidates are then cat(h', q): an
-N×(N+K) similarity matrix whose column i is anchor i's positive and every other column (the
-other sentences' h'_j and every queue row) a negative; `symmetric=True` gives the h' → h
-direction cat(h, q). K = 0 or None computes exactly the loss without negatives. Which losses take
-them is declared per class, readable before anything is built: `Objective.negatives_refusal(config)`
-is None, or the reason as one sentence (a loss with no negatives' denominator refuses them).
+Extra negatives (ESimCSE's momentum queue: `extra`, (K, D)) and labelled hard negatives (supervised SimCSE:
+`hard_negatives`) are extra candidate columns of the h → h' direction: an N×M similarity matrix whose column i is
+anchor i's positive and every other column a negative (the layout is `LossInputs`'); `symmetric=True` gives the h' → h
+direction cat(h, the same others). K = 0 computes exactly the loss without them. Which losses take them is declared per
+class, readable before anything is built: `Objective.negatives_refusal(config)` is None, or the reason as one sentence
+(a loss with no negatives' denominator refuses them); `hard_negatives_refusal` and `scores_refusal` likewise.
 
-Labelled hard negatives (supervised SimCSE, sentemb/training/labelled_views.py) are extra negatives too, placed first:
-`hard_negatives=k` says the first k·N rows of `negatives` are the anchors' own (row b·N + i: anchor i's), so that a
-loss with a `hard_negative_weight` (InfoNCE's) adds it to those logits (`hard_negative_bias`, passed to
-`directional` as `bias` only when nonzero).
-
-False negatives (DCLR's instance weights, sentemb/training/negatives/dclr.py): `forward(z1, z2, negatives, excluded)`
-with `excluded` an (N, N + K) bool tensor, True where candidate j is a false negative of anchor i: it is
-then no negative of that anchor (never True on the diagonal: a positive is not a negative). Each loss
-that takes extra negatives removes those candidates from its negatives (its docstring says how, by
-equation); a loss that refuses extra negatives refuses `excluded` the same way. `directional` gets it
-as the keyword `excluded` only when it is given, so a loss of your own without that keyword keeps
-working as long as nothing is excluded. With `symmetric=True` the h' → h direction's mask is the
-transpose of the N×N block, its K extra-negative columns unchanged.
+False negatives (DCLR's instance weights: `excluded`, (N, N + K) bool, True where candidate j is a false negative of
+anchor i, never on the diagonal) and duplicated texts (`duplicates`) leave the negatives: `directional` gets the one
+mask `LossInputs.candidate_exclusion()` as the keyword `excluded` only when there is one, so a loss of your own
+without that keyword keeps working as long as nothing is excluded. With `symmetric=True` the h' → h direction's mask
+is the transpose of the N×N block, its other columns unchanged.
 """
 
 from __future__ import annotations
@@ -53,6 +44,7 @@ from sentemb.common.numbers import (  # noqa: F401 (the number checks live in co
     require_whole,
     shown,
 )
+from sentemb.losses.inputs import EXTRA, HARD_NEGATIVES, PAIRS, SCORES, LossInputs
 
 
 class LazyStats(Mapping[str, Any]):
@@ -111,24 +103,35 @@ RANKED_SCORES = "scores to rank"  # two pairs of unequal scores: a ranking loss 
 
 
 class Objective(nn.Module):
-    """Base class: `forward(z1, z2, negatives=None, excluded=None) -> LossOutput`; subclasses implement
-    `directional(h1, h2)` (and `directional(h1, h2, excluded=...)` where they take extra negatives).
+    """Base class: `forward(inputs: LossInputs) -> LossOutput` (`loss(z1, z2, **roles)` for short); a contrastive loss
+    implements `directional(h1, h2)` (and `directional(h1, h2, excluded=...)` where it takes extra negatives), a loss
+    of another form overrides `compute(inputs)`.
 
     `directional` gets unit vectors in float32/float64 (autocast off) and returns the loss
     with h1 (N, D) as anchors and h2 (M, D), M ≥ N, as candidates: h2[i] is anchor i's positive and
-    every other row a negative (M > N: extra negatives after the batch's own); `symmetric=True`
-    averages it with the swapped call. Under `convention="reference"` `reference(h1, h2)` is called
+    every other row a negative (M > N: hard negatives and extra negatives after the batch's own, `LossInputs`' layout);
+    `symmetric=True` averages it with the swapped call. Under `convention="reference"` `reference(h1, h2)` is called
     instead, once, with both views.
 
-    `no_negatives`: why the loss takes no extra negatives (one clause), or None where `directional`
-    handles M > N; the default refuses, so a new loss takes a queue only once it says it can.
-    `reference_no_negatives`: why `convention=reference` refuses them where `reference` is overridden.
+    What a loss reads and takes is declared on its class and checked against the data before any model loads:
+    `reads` (the roles it needs), `no_negatives` (why it takes no extra negatives, one clause, or None where
+    `directional` handles M > N; the default refuses, so a new loss takes a queue only once it says it can),
+    `reference_no_negatives` (why `convention=reference` refuses them where `reference` is overridden),
+    `learns_from`, `hard_negative_fields`, `conventions`, `has_symmetric` and `telemetry`.
     """
 
     symmetric: bool = False
     convention: str = "paper"
-    # True where forward needs each pair's gold score (`scores=`, losses/scored.py): those train on scored pairs only
-    takes_scores: ClassVar[bool] = False
+    # the roles of `LossInputs` this loss needs (losses/inputs.py): the pairs; a scored loss's `scores` too. What it
+    # takes beyond them is declared by `no_negatives` (extra columns, exclusions, hard negatives as columns)
+    reads: ClassVar[frozenset[str]] = PAIRS
+    # the conventions its `convention` field takes, and whether it has a `symmetric` form (both are config fields)
+    conventions: ClassVar[tuple[str, ...]] = ("paper", "reference")
+    has_symmetric: ClassVar[bool] = True
+    # the telemetry keys its `LossOutput.stats` offers (the paradigm's: geometry.PARADIGM_TELEMETRY); none by default
+    telemetry: ClassVar[tuple[str, ...]] = ()
+    # a loss around other losses (loss=sum): built from its terms' configs, it has no form of its own to build alone
+    wraps_losses: ClassVar[bool] = False
     no_negatives: ClassVar[str | None] = "it declares no form with extra negatives (no_negatives is not None)"
     # why, where `reference` is overridden (the public code's own form) and `convention=reference` is chosen
     reference_no_negatives: ClassVar[str] = "the public code's computation, which that convention reproduces, has none"
@@ -190,105 +193,155 @@ class Objective(nn.Module):
         """Why this loss cannot take embeddings `width` wide (one clause), or None: any width by default."""
         return None
 
+    @classmethod
+    def hard_negatives_refusal(cls, config: Mapping[str, Any]) -> str | None:
+        """None if this loss, configured by `config`, takes labelled hard negatives: it reads them itself (`reads`),
+        or scores them as extra candidate columns (a negatives' denominator, `negatives_refusal`); else the reason."""
+        if HARD_NEGATIVES in cls.reads:
+            return None
+        refusal = cls.negatives_refusal(config)
+        if refusal is None:
+            return None
+        name = config.get("name") or registered_name(cls)
+        return f"loss={name} takes no hard negatives: they are extra candidate columns of a loss, and {refusal}"
+
+    @classmethod
+    def scores_refusal(cls, config: Mapping[str, Any], scored: bool) -> str | None:
+        """Why this loss cannot train on rows with (`scored`) or without scores, or None: a loss that reads scores
+        (`reads`) needs them, and scored rows need a loss that reads them (else their scores are ignored)."""
+        name = config.get("name") or registered_name(cls)
+        if scored and SCORES not in cls.reads:
+            return (
+                f"scored data needs a scored loss: loss={name} would read the pairs as positives and ignore the scores"
+            )
+        if not scored and SCORES in cls.reads:
+            return f"loss={name} learns from scored pairs, and these rows hold no scores"
+        return None
+
+    def offered_telemetry(self) -> tuple[str, ...]:
+        """The keys its `LossOutput.stats` offers (`telemetry`; a wrapper's are its terms')."""
+        return self.telemetry
+
+    def takes_negatives(self) -> bool:
+        """Whether this built loss (its own convention) has a negatives' denominator: extra columns, exclusions and
+        duplicates masked out of it."""
+        return type(self).negatives_refusal({"convention": self.convention}) is None
+
     def refuses_negatives(self) -> str | None:
         """`negatives_refusal` for this built loss (its own convention)."""
         return type(self).negatives_refusal({"convention": self.convention})
 
-    def extra_negatives(self, z1: torch.Tensor, negatives: torch.Tensor | None) -> torch.Tensor | None:
-        """`negatives` checked against the views (a (K, D) tensor, a loss that takes them), or None when there
-        are none (None or K = 0: the loss without negatives, computed as before)."""
-        if negatives is None:
-            return None
+    def accept(self, inputs: LossInputs) -> None:
+        """The inputs checked against what this loss declares: every role it reads held, extra negatives, exclusions
+        and hard negatives only where it takes them (refused even for an empty queue: the configuration is wrong,
+        not the step), and their shapes."""
         refusal = self.refuses_negatives()
-        if refusal is not None:  # refused even for an empty queue: the configuration is wrong, not the step
+        if inputs.extra is not None and refusal is not None:
             raise SentembConfigError(
-                f"{refusal} Fix: a loss with a negatives' denominator (e.g. loss=infonce), or no momentum queue"
+                f"{refusal} Fix: a loss with a negatives' denominator (e.g. loss=infonce), or no negatives= part"
             )
-        if negatives.dim() != 2 or negatives.shape[1] != z1.shape[1]:
-            raise ValueError(
-                f"{type(self).__name__}: extra negatives must be (K, D) with D = {z1.shape[1]} like the views, "
-                f"got {tuple(negatives.shape)}"
-            )
-        return negatives if negatives.shape[0] > 0 else None
-
-    def excluded_negatives(
-        self, z1: torch.Tensor, negatives: torch.Tensor | None, excluded: torch.Tensor | None
-    ) -> torch.Tensor | None:
-        """`excluded` checked: refused by a loss that takes no extra negatives (the same reason), else an
-        (N, N + K) bool tensor (K the rows of `negatives`, 0 without), never True on the diagonal."""
-        if excluded is None:
-            return None
-        refusal = self.refuses_negatives()
-        if refusal is not None:
+        if inputs.excluded is not None and refusal is not None:
             raise SentembConfigError(
                 f"{refusal} Excluding false negatives removes terms of a negatives' denominator. Fix: a loss with "
-                "a negatives' denominator (e.g. loss=infonce), or no negatives=dclr"
+                "a negatives' denominator (e.g. loss=infonce), or no negatives= part that excludes false negatives"
             )
-        n = z1.shape[0]
-        columns = n + (0 if negatives is None else negatives.shape[0])
-        if excluded.dtype != torch.bool or tuple(excluded.shape) != (n, columns):
+        if inputs.hard_negatives and HARD_NEGATIVES not in self.reads and refusal is not None:
+            raise SentembConfigError(
+                f"{type(self).__name__} takes no hard negatives: {refusal} Fix: a loss with a negatives' "
+                "denominator (e.g. loss=infonce), or pairs without a hard-negative column"
+            )
+        width = inputs.anchors.shape[1]
+        if inputs.extra is not None and (inputs.extra.dim() != 2 or inputs.extra.shape[1] != width):
             raise ValueError(
-                f"{type(self).__name__}: excluded must be a bool (N, N + K) = ({n}, {columns}) tensor (N anchors, "
-                f"their N + K candidates), got {excluded.dtype} {tuple(excluded.shape)}"
+                f"{type(self).__name__}: extra negatives must be (K, D) with D = {width} like the views, "
+                f"got {tuple(inputs.extra.shape)}"
             )
-        if bool(excluded[:, :n].diagonal().any()):
+        if inputs.excluded is not None:
+            n = inputs.size
+            columns = n + (0 if inputs.extra is None else inputs.extra.shape[0])
+            excluded = inputs.excluded
+            if excluded.dtype != torch.bool or tuple(excluded.shape) != (n, columns):
+                raise ValueError(
+                    f"{type(self).__name__}: excluded must be a bool (N, N + K) = ({n}, {columns}) tensor (N anchors, "
+                    f"their N + K candidates), got {excluded.dtype} {tuple(excluded.shape)}"
+                )
+            if bool(excluded[:, :n].diagonal().any()):
+                raise ValueError(
+                    f"{type(self).__name__}: excluded is True on the diagonal: anchor i's candidate i is its "
+                    "positive, never a false negative"
+                )
+        self.check_reads(inputs)
+
+    def check_reads(self, inputs: LossInputs) -> None:
+        """Every role this loss reads (`reads`) is held by `inputs`."""
+        missing = sorted(self.reads - inputs.present() - {EXTRA})
+        if missing:
             raise ValueError(
-                f"{type(self).__name__}: excluded is True on the diagonal: anchor i's candidate i is its positive, "
-                "never a false negative"
+                f"{type(self).__name__} reads {', '.join(missing)}, which these inputs do not hold: pass them by role "
+                f"(LossInputs(anchors=..., positives=..., {missing[0]}=...))"
             )
-        return excluded
 
     def forward(
         self,
-        z1: torch.Tensor,
-        z2: torch.Tensor,
-        negatives: torch.Tensor | None = None,
+        inputs: LossInputs | torch.Tensor,
+        positives: torch.Tensor | None = None,
+        extra: torch.Tensor | None = None,
         excluded: torch.Tensor | None = None,
-        hard_negatives: int = 0,
+        **roles: Any,
     ) -> LossOutput:
-        if z1.shape != z2.shape or z1.dim() != 2:
-            raise ValueError(
-                f"{type(self).__name__} expects two (N, D) views of equal shape, got {z1.shape}, {z2.shape}"
-            )
-        extra = self.extra_negatives(z1, negatives)
-        excluded = self.excluded_negatives(z1, extra, excluded)
-        if z1.shape[0] < 2 and (extra is None or z1.shape[0] == 0):
+        """The loss of one batch by role (`LossInputs`); `loss(z1, z2, extra, excluded, scores=...)` is short for
+        `loss(LossInputs(anchors=z1, positives=z2, extra=extra, excluded=excluded, scores=...))`."""
+        inputs = as_inputs(inputs, positives, {"extra": extra, "excluded": excluded, **roles})
+        self.accept(inputs)
+        return self.compute(inputs)
+
+    def compute(self, inputs: LossInputs) -> LossOutput:
+        """The contrastive form (module docstring): each anchor against its candidates, `directional` in one or
+        both directions, or `reference` under `convention=reference`."""
+        z1, z2 = inputs.anchors, inputs.positives
+        others = inputs.others()
+        excluded = inputs.candidate_exclusion()
+        if z1.shape[0] < 2 and (others is None or z1.shape[0] == 0):
             # a trailing batch of one sentence has no negatives (unless a queue gives some): nothing to learn
             return LossOutput(0.0 * (z1.sum() + z2.sum()).float())
         with torch.autocast(device_type=z1.device.type, enabled=False):
             h1, h2 = normalize(z1), normalize(z2)
-            # a float32 queue with float64 views (gradient tests) joins them; no queue: the views alone, as before
-            hq = None if extra is None else normalize(extra).to(h1.dtype)
+            # a float32 queue with float64 views (gradient tests) joins them; none: the views alone, as before
+            hq = None if others is None else normalize(others).to(h1.dtype)
             candidates = h2 if hq is None else torch.cat((h2, hq))
             # passed only when given: a loss of your own without the keyword keeps working
             excluding = {} if excluded is None else {"excluded": excluded}
             if self.convention == "reference":
                 return self.reference(h1, candidates, **excluding)
-            bias = self.hard_negative_bias(h1, candidates, hard_negatives)
+            bias = self.logit_bias(inputs, h1)
             output = self.directional(h1, candidates, **excluding, **bias)
-            if self.symmetric:  # average both directions (the h' anchors' candidates: h, then the same queue)
-                if excluded is not None:  # h'_i's false negatives among the h_j: the transpose; the queue's unchanged
+            if self.symmetric:  # average both directions (the h' anchors' candidates: h, then the same others)
+                if excluded is not None:  # h'_i's false negatives among the h_j: the transpose; the others' unchanged
                     n = z1.shape[0]
                     excluding = {"excluded": torch.cat((excluded[:, :n].T, excluded[:, n:]), dim=1)}
                 backward = self.directional(h2, h1 if hq is None else torch.cat((h1, hq)), **excluding, **bias)
                 output = LossOutput(0.5 * (output.loss + backward.loss), output.stats)  # telemetry: h → h'
         return output
 
-    def hard_negative_bias(
-        self, h1: torch.Tensor, candidates: torch.Tensor, hard_negatives: int
-    ) -> dict[str, torch.Tensor]:
-        """{"bias": (N, M) logits added to each anchor's own labelled hard negatives' (columns N + b·N + i, b <
-        `hard_negatives`)} for a loss with a nonzero `hard_negative_weight` (supervised SimCSE's, added to the logit
-        s/τ: its released code's `z3_weight`), else {} (nothing passed: the loss as without it)."""
-        weight = getattr(self, "hard_negative_weight", 0.0)
-        if not weight or not hard_negatives:
-            return {}
-        n = h1.shape[0]
-        bias = h1.new_zeros(n, candidates.shape[0])
-        rows = torch.arange(n, device=h1.device)
-        for block in range(1, hard_negatives + 1):
-            bias[rows, block * n + rows] = weight
-        return {"bias": bias}
+    def logit_bias(self, inputs: LossInputs, h1: torch.Tensor) -> dict[str, torch.Tensor]:
+        """{"bias": (N, M) logits added to the candidates'} where this loss weighs some (InfoNCE's own hard
+        negatives), else {} (nothing passed: `directional` as without it)."""
+        return {}
+
+
+def as_inputs(
+    inputs: LossInputs | torch.Tensor, positives: torch.Tensor | None, roles: Mapping[str, Any]
+) -> LossInputs:
+    """`inputs` when it is a LossInputs (no other argument then), else LossInputs(anchors=inputs, positives=...,
+    **roles), the roles given as None left out."""
+    given = {role: value for role, value in roles.items() if value is not None}
+    if isinstance(inputs, LossInputs):
+        if positives is not None or given:
+            raise TypeError("a loss takes one LossInputs, or the anchors and positives with other roles by keyword")
+        return inputs
+    if positives is None:
+        raise TypeError("a loss takes one LossInputs, or the anchors and positives (loss(z1, z2))")
+    return LossInputs(anchors=inputs, positives=positives, **given)
 
 
 def registered_name(cls: type) -> str:

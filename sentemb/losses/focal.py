@@ -26,12 +26,14 @@ import torch.nn.functional as F
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.parts import part
 from sentemb.losses.base import IN_BATCH_NEGATIVES, LazyStats, LossOutput, Objective, require_finite, require_positive
-from sentemb.losses.geometry import negative_softmax, paradigm_stats, positive_mask
+from sentemb.losses.geometry import WEIGHTED_TELEMETRY, negative_softmax, paradigm_stats, positive_mask
 
 
 @part("loss", "focal")
 class FocalInfoNCE(Objective):
     no_negatives = None
+    telemetry = WEIGHTED_TELEMETRY
+    conventions = ("paper",)  # the paradigm paper's public code has no Focal-InfoNCE
     learns_from = IN_BATCH_NEGATIVES  # exactly 0 where every other candidate is masked as a duplicate
 
     def __init__(self, tau: float = 0.05, m: float = 0.3, symmetric: bool = False, convention: str = "paper") -> None:

@@ -138,6 +138,21 @@ def one_hot_rows(index: torch.Tensor, n: int, dtype: torch.dtype, rows: torch.Te
     return weights if rows is None else weights * rows[:, None].to(dtype)
 
 
+# the telemetry `paradigm_stats` reports (Figures 7–9): of every loss it serves; of those with a weight W and ratio
+PARADIGM_TELEMETRY = (
+    "gd",
+    "mu_pos",
+    "mu_neg",
+    "sigma_pos",
+    "sigma_neg",
+    "cos_pos",
+    "cos_neg",
+    "alignment",
+    "uniformity",
+)
+WEIGHTED_TELEMETRY = (*PARADIGM_TELEMETRY, "hardest_share", "ratio")
+
+
 @torch.no_grad()
 def paradigm_stats(
     s: torch.Tensor,

@@ -28,7 +28,8 @@ import torch.nn.functional as F
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.parts import part
 from sentemb.losses.base import IN_BATCH_NEGATIVES, LazyStats, LossOutput, Objective, require_finite, require_positive
-from sentemb.losses.geometry import negative_softmax, negatives_logsumexp, paradigm_stats
+from sentemb.losses.geometry import WEIGHTED_TELEMETRY, negative_softmax, negatives_logsumexp, paradigm_stats
+from sentemb.losses.inputs import LossInputs
 
 
 @part("loss", "infonce")
@@ -36,6 +37,7 @@ class InfoNCE(Objective):
     no_negatives = None
     learns_from = IN_BATCH_NEGATIVES  # exactly 0 where every other candidate is masked as a duplicate
     hard_negative_fields = ("hard_negative_weight",)
+    telemetry = WEIGHTED_TELEMETRY
 
     def __init__(
         self, tau: float = 0.05, symmetric: bool = False, convention: str = "paper", hard_negative_weight: float = 0.0
@@ -50,6 +52,12 @@ class InfoNCE(Objective):
                 "loss.hard_negative_weight with loss.convention=reference: the paradigm paper's public code has no "
                 "labelled hard negatives. Fix: loss.convention=paper, or loss.hard_negative_weight=0"
             )
+
+    def logit_bias(self, inputs: LossInputs, h1: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Supervised SimCSE's w on each anchor's own hard negative's logit (its released code's `z3_weight`)."""
+        if not self.hard_negative_weight or not inputs.hard_negatives:
+            return {}
+        return {"bias": inputs.own_hard_negative_bias(self.hard_negative_weight, h1)}
 
     def directional(
         self,

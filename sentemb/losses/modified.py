@@ -62,6 +62,7 @@ from sentemb.losses.base import (
     require_reference_option,
 )
 from sentemb.losses.geometry import (
+    WEIGHTED_TELEMETRY,
     gate_anchors,
     global_negative_softmax,
     hardest_negative,
@@ -79,6 +80,8 @@ from sentemb.losses.geometry import (
 
 class ModifiedObjective(Objective):
     """Shared: the margin indicator d_i and its options."""
+
+    telemetry = WEIGHTED_TELEMETRY
 
     no_negatives = (
         "its uniformity terms are over the batch's own same-view pairs, not a denominator of negatives, "

@@ -49,6 +49,8 @@ from sentemb.common.parts import part
 from sentemb.losses import reference as public_code
 from sentemb.losses.base import LazyStats, LossOutput, Objective, require_choice, require_finite, require_positive
 from sentemb.losses.geometry import (
+    PARADIGM_TELEMETRY,
+    WEIGHTED_TELEMETRY,
     diagonal_mask,
     gate_anchors,
     margin_indicator,
@@ -94,6 +96,8 @@ def alignment(h1: torch.Tensor, h2: torch.Tensor) -> torch.Tensor:
 
 class AlignUniform(GatedObjective):
     """L^a + ν · (a uniformity term)."""
+
+    telemetry = WEIGHTED_TELEMETRY
 
     no_negatives = (
         "its uniformity term is over the batch's own same-view pairs, not a denominator of negatives, "
@@ -155,6 +159,7 @@ class AlignMHS(AlignUniform):
 
 @part("loss", "barlow")
 class BarlowTwins(GatedObjective):
+    telemetry = PARADIGM_TELEMETRY
     no_negatives = "its cross-correlation of the two views has no negatives' denominator to add a queue to"
 
     def __init__(
@@ -193,6 +198,7 @@ class BarlowTwins(GatedObjective):
 
 @part("loss", "vicreg")
 class VICReg(GatedObjective):
+    telemetry = PARADIGM_TELEMETRY
     no_negatives = (
         "its variance and covariance terms are statistics of each view over the batch, with no negatives' "
         "denominator to add a queue to"

@@ -53,6 +53,7 @@ from sentemb.losses.base import (
     require_reference_option,
 )
 from sentemb.losses.geometry import (
+    WEIGHTED_TELEMETRY,
     hardest_negative,
     has_negative,
     margin_indicator,
@@ -75,6 +76,7 @@ DYNAMIC_RATIOS = ("arccon", "met")
 @part("loss", "paradigm")
 class Paradigm(Objective):
     no_negatives = None
+    telemetry = WEIGHTED_TELEMETRY
     learns_from = IN_BATCH_NEGATIVES  # exactly 0 where every other candidate is masked as a duplicate
     reference_no_negatives = (
         "the public code's sg loss sums both directions over the batch's square similarity matrices "

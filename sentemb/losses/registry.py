@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.parts import lookup, part_config
 from sentemb.common.paths import CONF_DIR
+from sentemb.losses.base import Objective
 
 LOSS_CONF_DIR = CONF_DIR / "loss"
 
@@ -51,32 +52,47 @@ def build_loss(config: dict[str, Any]) -> Any:
     return part_config("loss", config).build()
 
 
+def declared_loss(config: Mapping[str, Any]) -> type[Objective]:
+    """The Objective class a loss config names (`{name: <registered loss>, ...}`); a registered part that is no
+    Objective declares nothing of what it reads and takes, so it is refused."""
+    name = config.get("name")
+    declared = lookup("loss", name).build
+    if not (isinstance(declared, type) and issubclass(declared, Objective)):
+        raise SentembConfigError(
+            f"loss={name} is registered as {getattr(declared, '__name__', declared)!r}, which is no Objective: what a "
+            "loss reads and takes is declared on its class. Fix: subclass sentemb.losses.Objective"
+        )
+    return declared
+
+
 def negatives_refusal(config: Mapping[str, Any]) -> str | None:
     """Whether the loss a config names (`{name: <registered loss>, field: value, ...}`, e.g. conf/loss/<name>.yaml
     merged) takes extra negatives (a momentum queue): None if it does, else the reason as one sentence.
     Reads the loss's class (`Objective.negatives_refusal`) and the config; builds nothing, loads no model."""
-    name = config.get("name")
-    declared = lookup("loss", name).build
-    refusal = getattr(declared, "negatives_refusal", None)
-    if refusal is None:  # a registered loader function, not an Objective class
-        return f"loss={name} takes no extra negatives: it does not declare them (no negatives_refusal)."
-    return refusal(config)
+    return declared_loss(config).negatives_refusal(config)
+
+
+def negatives_losses() -> list[str]:
+    """The registered losses of their own (not a wrapper of losses) that take extra negatives with their defaults (a
+    negatives' denominator), by name: what a refusal's fix names."""
+    return [
+        name
+        for name in available()
+        if not declared_loss({"name": name}).wraps_losses and negatives_refusal(loss_config(name)) is None
+    ]
 
 
 def learning_need(config: Mapping[str, Any]) -> str | None:
     """What the rows must hold for the loss a config names to learn (`Objective.learning_need`: in-batch negatives,
-    scores to rank), or None; a registered loader function that is no Objective declares nothing."""
-    declared = getattr(lookup("loss", config.get("name")).build, "learning_need", None)
-    return None if declared is None else declared(config)
+    scores to rank), or None."""
+    return declared_loss(config).learning_need(config)
 
 
 def hard_negative_settings(config: Mapping[str, Any], key: str = "loss") -> list[str]:
     """The loss config's settings that act on labelled hard negatives only and are set (`key.field=value` each)."""
-    declared = getattr(lookup("loss", config.get("name")).build, "hard_negative_settings", None)
-    return [] if declared is None else declared(config, key)
+    return declared_loss(config).hard_negative_settings(config, key)
 
 
 def width_refusal(config: Mapping[str, Any], width: int) -> str | None:
     """Why the loss a config names cannot take embeddings `width` wide (AnglE: an odd width), or None."""
-    declared = getattr(lookup("loss", config.get("name")).build, "width_refusal", None)
-    return None if declared is None else declared(width)
+    return declared_loss(config).width_refusal(width)

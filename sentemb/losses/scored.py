@@ -41,7 +41,7 @@ computed in float32 (float64 stays float64) with autocast off, like every object
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
@@ -55,14 +55,20 @@ from sentemb.losses.base import (
     require_non_negative,
     require_positive,
 )
+from sentemb.losses.inputs import PAIRS, SCORES, LossInputs
+
+SCORED_DATA = ("data=stsb_train",)  # what a scored loss runs beside: scored pairs (a built-in set of them)
 
 
 class ScoredPairObjective(Objective):
-    """Base class of the losses on scored pairs: `forward(z1, z2, scores=scores)`; subclasses implement
-    `scored(h1, h2, scores)` on unit vectors (float32/float64, autocast off) with scores in the same dtype."""
+    """Base class of the losses on scored pairs: they read `scores` (`LossInputs.scores`, or `loss(z1, z2,
+    scores=scores)`); subclasses implement `scored(h1, h2, scores)` on unit vectors (float32/float64, autocast off) with
+    scores in the same dtype."""
 
-    takes_scores: ClassVar[bool] = True
+    reads = frozenset({*PAIRS, SCORES})
     no_negatives = "it scores each labelled pair on its own, with no negatives' denominator"
+    conventions = ("paper",)  # no `convention` field: the paper form only
+    has_symmetric = False
 
     def scored(self, h1: torch.Tensor, h2: torch.Tensor, scores: torch.Tensor) -> LossOutput:  # pragma: no cover
         raise NotImplementedError
@@ -70,26 +76,16 @@ class ScoredPairObjective(Objective):
     def check_width(self, z1: torch.Tensor) -> None:
         """A loss that splits the embedding (AnglE) refuses a width it cannot split; the others take any."""
 
-    def forward(
-        self,
-        z1: torch.Tensor,
-        z2: torch.Tensor,
-        negatives: torch.Tensor | None = None,
-        excluded: torch.Tensor | None = None,
-        scores: torch.Tensor | None = None,
-    ) -> LossOutput:
-        if z1.shape != z2.shape or z1.dim() != 2:
-            raise ValueError(
-                f"{type(self).__name__} expects the pairs' two (N, D) embeddings of equal shape, got "
-                f"{tuple(z1.shape)}, {tuple(z2.shape)}"
-            )
-        # both raise the refusal (no_negatives), even for an empty queue: the configuration is wrong, not the step
-        self.excluded_negatives(z1, self.extra_negatives(z1, negatives), excluded)
+    def check_reads(self, inputs: LossInputs) -> None:
+        """Its scores there, one per pair, in [0, 1] (`checked_scores`)."""
+        checked_scores(type(self).__name__, inputs.anchors, inputs.scores)
+
+    def compute(self, inputs: LossInputs) -> LossOutput:
+        z1, z2 = inputs.anchors, inputs.positives
         self.check_width(z1)
-        checked = checked_scores(type(self).__name__, z1, scores)
         with torch.autocast(device_type=z1.device.type, enabled=False):
             h1, h2 = normalize(z1), normalize(z2)
-            return self.scored(h1, h2, checked.to(device=h1.device, dtype=h1.dtype))
+            return self.scored(h1, h2, inputs.scores.to(device=h1.device, dtype=h1.dtype))
 
 
 def checked_scores(owner: str, z1: torch.Tensor, scores: torch.Tensor | None) -> torch.Tensor:
@@ -139,8 +135,9 @@ def misordered_share(similarity: torch.Tensor, scores: torch.Tensor) -> float:
     return float(wrong.sum() / ordered.sum()) if bool(ordered.any()) else 0.0
 
 
-@part("loss", "cosent")
+@part("loss", "cosent", companions=SCORED_DATA)
 class CoSENT(ScoredPairObjective):
+    telemetry = ("pair_cosine_mean", "misordered")
     learns_from = RANKED_SCORES  # every term is a pair of pairs in strict order: none where all scores are equal
 
     def __init__(self, scale: float = 20.0) -> None:
@@ -166,8 +163,9 @@ def angle_similarity(h1: torch.Tensor, h2: torch.Tensor) -> torch.Tensor:
     return (real + imaginary).sum(dim=1).abs()
 
 
-@part("loss", "angle")
+@part("loss", "angle", companions=SCORED_DATA)
 class AnglE(ScoredPairObjective):
+    telemetry = ("pair_cosine_mean", "pair_angle_mean", "misordered")
     learns_from = RANKED_SCORES  # CoSENT's ranking form (above)
 
     def __init__(self, scale: float = 20.0, cosine_weight: float = 0.0, angle_weight: float = 1.0) -> None:
@@ -208,10 +206,12 @@ class AnglE(ScoredPairObjective):
         return LossOutput(loss, LazyStats(stats, h1.device), terms)
 
 
-@part("loss", "cosine_mse")
+@part("loss", "cosine_mse", companions=SCORED_DATA)
 class CosineMSE(ScoredPairObjective):
     """(1/N) Σ_i (c_i − s_i)²; a single pair (N = 1) is a regression target too, N = 0 gives 0. Equal scores are
     targets too (every cosine pulled to that score), so it learns from any scored rows (`learns_from` None)."""
+
+    telemetry = ("pair_cosine_mean",)
 
     def scored(self, h1: torch.Tensor, h2: torch.Tensor, scores: torch.Tensor) -> LossOutput:
         cosines = pair_cosines(h1, h2)

@@ -34,6 +34,7 @@ import torch
 from sentemb.common.parts import part
 from sentemb.losses.base import IN_BATCH_NEGATIVES, LazyStats, LossOutput, Objective, require_finite
 from sentemb.losses.geometry import (
+    WEIGHTED_TELEMETRY,
     hardest_negative,
     has_negative,
     margin_indicator,
@@ -49,6 +50,7 @@ REFERENCE_MET_EPS = 1e-4  # the public code's clamp_min(2 − 2s, 1e-4) before t
 
 @part("loss", "mpt")
 class MPT(Objective):
+    telemetry = WEIGHTED_TELEMETRY
     no_negatives = None
     learns_from = IN_BATCH_NEGATIVES  # exactly 0 where every other candidate is masked as a duplicate
 
@@ -73,6 +75,8 @@ class MPT(Objective):
 
 class DistanceTriplet(Objective):
     """max(0, d_ii − min_{j≠i} d_ij + margin) for a distance d of the cosine matrix; W = ∂d/∂s at the hardest."""
+
+    telemetry = WEIGHTED_TELEMETRY
 
     no_negatives = None
     learns_from = IN_BATCH_NEGATIVES  # exactly 0 where every other candidate is masked as a duplicate

@@ -9,27 +9,25 @@ From the command line:
     python -m sentemb.train loss=sum 'loss.terms={infonce: {weight: 1.0}, mmhe: {weight: 0.5, r: 1.5}}'
 Each term's value is returned in `LossOutput.terms` (logged as train/loss/<label>) and its
 telemetry under `<label>/<stat>`.
-Extra negatives (a momentum queue, `forward(z1, z2, negatives)`) go to every term, so the sum takes
-them only if each term does; otherwise it refuses them naming the term (`negatives_refusal`).
-Excluded false negatives (`excluded`, DCLR) go to every term the same way: each term removes them as its own
-docstring says; L = Σ_t weight_t · L_t(z1, z2, excluded). Labelled hard negatives (triplet data) are extra negatives
-placed first; their count (`hard_negatives`) goes to every term whose forward takes it (an InfoNCE term's
-hard_negative_weight reads it), so a sum trains on triplets wherever each of its terms takes extra negatives.
+A sum is a loss around losses: every term receives the step's whole `LossInputs` (losses/inputs.py), so extra
+negatives (a momentum queue), excluded false negatives (DCLR) and labelled hard negatives (an InfoNCE term's
+hard_negative_weight reads them) go to each term as its own docstring says. The sum takes them only if each term
+does; otherwise it refuses them naming the term (`negatives_refusal`). It reads what its terms read, except scores:
+a term of scored pairs is refused (its weight against unscored terms has no reading in the seed papers).
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping
 from typing import Any
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.parts import part
 from sentemb.losses.base import LazyStats, LossOutput, Objective, require_number
+from sentemb.losses.inputs import SCORES, LossInputs
 from sentemb.losses.registry import build, hard_negative_settings, learning_need, loss_config, negatives_refusal
 
 
@@ -47,20 +45,14 @@ class WeightedSum(Objective):
         self.weights: dict[str, float] = {}
         for label, spec in terms.items():
             self.objectives[label], self.weights[label] = build_term(label, spec)
-            if getattr(self.objectives[label], "takes_scores", False):  # the sum passes its terms no scores
+            if SCORES in self.objectives[label].reads:
                 raise SentembConfigError(
-                    f"loss.terms.{label}: {type(self.objectives[label]).__name__} learns from scored pairs, and a "
-                    f"weighted sum passes its terms no scores. Fix: loss={label} alone, or terms of pairs and negatives"
-                )
-            if getattr(self.objectives[label], "hard_negative_weight", 0.0) and not takes_keyword(
-                self.objectives[label]
-            ):
-                raise SentembConfigError(  # its weight would never be told which negatives are the labelled ones
-                    f"loss.terms.{label}: {type(self.objectives[label]).__name__} has a hard_negative_weight but its "
-                    "forward takes no `hard_negatives` count. Fix: add the keyword, or hard_negative_weight=0"
+                    f"loss.terms.{label}: {type(self.objectives[label]).__name__} learns from scored pairs, which a "
+                    f"weighted sum does not take. Fix: loss={label} alone, or terms of pairs and negatives"
                 )
 
     no_negatives = None  # each term decides (negatives_refusal)
+    wraps_losses = True
 
     @classmethod
     def negatives_refusal(cls, config: Mapping[str, Any]) -> str | None:
@@ -102,27 +94,15 @@ class WeightedSum(Objective):
                 return term_refusal(label, reason)
         return None
 
-    def forward(
-        self,
-        z1: torch.Tensor,
-        z2: torch.Tensor,
-        negatives: torch.Tensor | None = None,
-        excluded: torch.Tensor | None = None,
-        hard_negatives: int = 0,
-    ) -> LossOutput:
-        # refused here naming the term, before any term runs; `excluded` refused the same way and its shape checked
-        self.excluded_negatives(z1, self.extra_negatives(z1, negatives), excluded)
-        extra = {} if excluded is None else {"excluded": excluded}
+    def offered_telemetry(self) -> tuple[str, ...]:
+        """Each term's telemetry under `<label>/`."""
+        return tuple(f"{label}/{key}" for label, term in self.objectives.items() for key in term.offered_telemetry())
+
+    def compute(self, inputs: LossInputs) -> LossOutput:
+        # the sum's own `accept` has refused what a term refuses, naming the term, before any term runs
         total, outputs = None, {}
         for label, objective in self.objectives.items():
-            # the count of labelled hard negatives (in `negatives` already) only to a term that takes it: one without
-            # the keyword scores them as plain negatives, which they are for a loss with no hard_negative_weight
-            counted = {"hard_negatives": hard_negatives} if hard_negatives and takes_keyword(objective) else {}
-            # a term built elsewhere may take (z1, z2) alone: negatives (and exclusions) are passed only when given
-            if negatives is None:
-                outputs[label] = output = objective(z1, z2, **extra)
-            else:
-                outputs[label] = output = objective(z1, z2, negatives, **extra, **counted)
+            outputs[label] = output = objective(inputs)
             weighted = self.weights[label] * output.loss
             total = weighted if total is None else total + weighted
 
@@ -148,18 +128,11 @@ def term_configs(config: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]
     return configs
 
 
-def takes_keyword(objective: nn.Module, keyword: str = "hard_negatives") -> bool:
-    """Whether a term's forward takes `keyword` (every Objective's does; a module of your own may not)."""
-    parameters = inspect.signature(objective.forward).parameters
-    return keyword in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
-
-
-def built_refusal(objective: nn.Module) -> str | None:
-    """A built term's refusal of extra negatives; a module that is no Objective declares none, so it refuses."""
-    refuses = getattr(objective, "refuses_negatives", None)
-    if refuses is None:
-        return f"{type(objective).__name__} takes no extra negatives: it does not declare them (refuses_negatives)."
-    return refuses()
+def built_refusal(objective: Any) -> str | None:
+    """A built term's refusal of extra negatives (its own convention); what is no Objective declares none."""
+    if not isinstance(objective, Objective):
+        return f"{type(objective).__name__} takes no extra negatives: it is no Objective, which declares them."
+    return objective.refuses_negatives()
 
 
 def term_refusal(label: str, reason: str) -> str:
@@ -176,6 +149,11 @@ def build_term(label: str, spec: Any) -> tuple[nn.Module, float]:
         raise SentembConfigError(f"loss.terms.{label}.weight is missing. Fix: loss.terms.{label}.weight=1.0")
     weight = require_number(f"loss.terms.{label}.weight", weight, fix=f"loss.terms.{label}.weight=1.0")
     if "objective" in spec:  # an already built objective (library use)
+        if not isinstance(spec["objective"], Objective):  # what it reads and takes is declared on an Objective
+            raise SentembConfigError(
+                f"loss.terms.{label}.objective is a {type(spec['objective']).__name__}, not an Objective. Fix: "
+                "subclass sentemb.losses.Objective (its directional(h1, h2), or compute(inputs))"
+            )
         return spec["objective"], float(weight)
     name = spec.pop("loss", label)
     try:

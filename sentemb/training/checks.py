@@ -17,11 +17,12 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from sentemb.common.batch_views import ANCHOR, POSITIVE
 from sentemb.common.config_fields import check_fields
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.hydra_plumbing import resolved_container
 from sentemb.common.metric_names import check_metric_name
-from sentemb.common.parts import lookup
+from sentemb.common.parts import declared_part
 from sentemb.common.paths import absolute_data_paths, resolve_data_root
 from sentemb.data.corpus import HEAD_LINES, CorpusReport, check_corpus
 from sentemb.data.datamodule_checks import check_batching, check_corpus_fills_batch, check_labelled_options
@@ -68,7 +69,25 @@ def prepare_run(cfg: DictConfig) -> CorpusReport | LabelledSet:
         refuse_hard_negative_settings(
             resolved_container(cfg.loss), f"data.corpus={cfg.data.corpus}: one sentence per line"
         )
+    check_auxiliary_views(cfg, data)
     return data
+
+
+def check_auxiliary_views(cfg: DictConfig, data: CorpusReport | LabelledSet) -> None:
+    """Each auxiliary term's `reads` against the views the data makes (the anchor, the positive, a labelled set's
+    columns, the views the terms ask an unlabelled corpus to make), before any model loads."""
+    from sentemb.encoders.part_configs import build_part
+    from sentemb.training.auxiliary_checks import auxiliary_nodes, check_term_views
+
+    terms = [build_part("auxiliary", node) for node in auxiliary_nodes(resolved_container(cfg.get("auxiliary")))]
+    if not terms:
+        return
+    if isinstance(data, LabelledSet):
+        made, named = data.roles, f"{data.source} (data.source={cfg.data.source})"
+    else:
+        asked = [role for term in terms for role in term.data_views()]
+        made, named = [ANCHOR, POSITIVE, *dict.fromkeys(asked)], f"data.corpus={cfg.data.corpus}"
+    check_term_views([(declared_part(term).name, term.reads) for term in terms], made, named)
 
 
 def read_data(cfg: DictConfig) -> CorpusReport | LabelledSet:
@@ -110,13 +129,11 @@ def is_labelled(data: Mapping[str, Any]) -> bool:
     return "source" in data
 
 
-def takes_scores(loss: Mapping[str, Any]) -> bool:
-    return bool(getattr(lookup("loss", loss.get("name")).build, "takes_scores", False))
-
-
 def refuse_scored_loss(loss: Mapping[str, Any], why: str) -> None:
-    """A loss of scored pairs (loss=cosent, angle, cosine_mse) on data without scores (`why`)."""
-    if takes_scores(loss):
+    """A loss that reads scores (its `reads`) on data without scores (`why`)."""
+    from sentemb.losses.registry import declared_loss
+
+    if declared_loss(loss).scores_refusal(loss, scored=False):
         raise SentembConfigError(
             f"loss={loss.get('name')} learns from scored pairs, but {why}. Fix: scored pairs (data=stsb_train, or "
             "data=labelled with a sentence1,sentence2,score file and data.score_range), or a loss of pairs and "
@@ -130,16 +147,19 @@ def check_labelled_fit(cfg: DictConfig, labelled: LabelledSet, whole: bool = Tru
     denominator), no view they cannot make, no setting they leave unused (data.score_range without scores,
     loss.hard_negative_weight without hard negatives), and rows the loss can learn from (`check_learnable`)."""
     from sentemb.encoders.part_configs import build_part
-    from sentemb.losses.registry import negatives_refusal
+    from sentemb.losses.inputs import SCORES
+    from sentemb.losses.registry import available, declared_loss, negatives_losses
+    from sentemb.training.auxiliary_checks import auxiliary_nodes
     from sentemb.training.learnable import check_learnable
-    from sentemb.training.negatives.base import NEGATIVES_LOSSES
 
     check_labelled_batch(cfg, labelled, whole)
     loss = resolved_container(cfg.loss)
-    if labelled.scores is not None and not takes_scores(loss):
+    declared = declared_loss(loss)  # what the loss reads and takes, declared on its class
+    if labelled.scores is not None and declared.scores_refusal(loss, scored=True):
+        scored = ", ".join(name for name in available() if declared_loss({"name": name}).reads >= {SCORES})
         raise SentembConfigError(
-            f"{labelled.source} holds scored pairs, which loss={loss.get('name')} would read as positives and ignore "
-            "their scores. Fix: loss=cosent (or angle, cosine_mse), or a file of (anchor, positive) pairs"
+            f"{labelled.source} holds scored pairs: {declared.scores_refusal(loss, scored=True)}. Fix: a scored "
+            f"loss ({scored}), or a file of (anchor, positive) pairs"
         )
     if labelled.scores is None:
         refuse_scored_loss(loss, f"{labelled.source} holds no scores ({', '.join(labelled.roles)})")
@@ -147,16 +167,15 @@ def check_labelled_fit(cfg: DictConfig, labelled: LabelledSet, whole: bool = Tru
     if not labelled.hard_negatives:
         refuse_hard_negative_settings(loss, f"{labelled.source} ({', '.join(labelled.roles)})")
     else:
-        refusal = negatives_refusal(loss)
+        refusal = declared.hard_negatives_refusal(loss)
         if refusal:
             raise SentembConfigError(
-                f"{labelled.source} has hard negatives, which are extra candidate columns of the loss; {refusal} "
-                f"Fix: a loss with a negatives' denominator ({NEGATIVES_LOSSES}), or data.columns naming only the "
-                "anchor and positive columns"
+                f"{labelled.source} has hard negatives: {refusal} Fix: a loss with a negatives' denominator "
+                f"({', '.join(negatives_losses())}), or data.columns naming only the anchor and positive columns"
             )
     asked = {}
-    if cfg.get("auxiliary"):
-        asked = build_part("auxiliary", resolved_container(cfg.auxiliary)).data_views()
+    for node in auxiliary_nodes(resolved_container(cfg.get("auxiliary"))):
+        asked.update(build_part("auxiliary", node).data_views())
     data = resolved_container(cfg.data)
     check_labelled_options(
         bool(data.get("streaming")), asked, data.get("dup_rate", 0.0), data.get("source"), data.get("columns"),
@@ -283,7 +302,8 @@ def check_built_parts(cfg: DictConfig) -> None:
     check_grad_cache(cfg.get("grad_cache"), cfg.data.batch_size)
     check_data_fields(cfg.data, is_labelled(cfg.data), choices.get("data"))  # a key the datamodule would not take
     check_sharding(cfg)  # trainer=fsdp: several processes, a precision FSDP2 takes
-    check_step_parts(cfg)
+    named = f"pooling={parts.pooling.name}" + (f" with head={parts.head.name}" if parts.head is not None else "")
+    check_step_parts(cfg, pooling.own_term_labels(), named)
     check_warmup_ratio(resolved_container(cfg.get("scheduler")))
 
 
@@ -295,26 +315,36 @@ STEP_PARTS = {
 }
 
 
-def check_step_parts(cfg: DictConfig) -> None:
+def check_step_parts(cfg: DictConfig, own_labels: set[str] | None = None, parts_named: str = "the pooling") -> None:
     """Each configured step part built from its config (its constructor checks its options; nothing is copied or
     loaded until the module tracks the encoder), then its own `check_config` against the run's parts: the loss, the
     pooling, the adapter and model, the trainer's strategy and devices (its other fields interpolate Hydra's run
-    folder, unset in a sweep's check) and the batch size."""
-    parts = {key: resolved_container(cfg.get(key)) for key in (*STEP_PARTS, "loss", "pooling", "adapter", "model")}
-    trainer = {key: resolved_container(cfg.trainer.get(key)) for key in ("strategy", "devices")}
-    run = {**parts, "trainer": trainer, "data": {"batch_size": cfg.data.get("batch_size")}}
+    folder, unset in a sweep's check) and the data config; the auxiliary terms' labels against each other's and the
+    pooling's and head's own terms' (`own_labels`, of `parts_named`)."""
     from hydra.utils import get_class
 
     from sentemb.encoders.part_configs import build_part
+    from sentemb.training.auxiliary_checks import auxiliary_nodes, check_term_labels
 
+    parts = {key: resolved_container(cfg.get(key)) for key in (*STEP_PARTS, "loss", "pooling", "adapter", "model")}
+    trainer = {key: resolved_container(cfg.trainer.get(key)) for key in ("strategy", "devices")}
+    run = {**parts, "trainer": trainer, "data": resolved_container(cfg.data)}
+    nodes = {
+        "negatives": [parts["negatives"]] if parts["negatives"] else [],
+        "auxiliary": auxiliary_nodes(parts["auxiliary"]),
+    }
+    built_terms = []
     for kind, path in STEP_PARTS.items():
-        if parts[kind]:
-            base = get_class(path)
-            built = build_part(kind, parts[kind])
+        base = get_class(path)
+        for node in nodes[kind]:
+            built = build_part(kind, node)
             if not isinstance(built, base):
                 raise SentembConfigError(
-                    f"{kind}={parts[kind].get('name')}: {type(built).__name__} is not a {base.__name__}, the base "
+                    f"{kind}={node.get('name')}: {type(built).__name__} is not a {base.__name__}, the base "
                     f"every {kind} part subclasses (docs/layout.md: adding a part). Fix: subclass "
                     f"{base.__module__}.{base.__name__}"
                 )
             built.check_config(run)
+            if kind == "auxiliary":
+                built_terms.append((node.get("name"), built.label))
+    check_term_labels(built_terms, own_labels or set(), parts_named)

@@ -10,6 +10,7 @@ import logging
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,21 +26,21 @@ from torch import nn
 from sentemb.common.batch_views import view_roles
 from sentemb.common.errors import SentembConfigError, TrainingDiverged
 from sentemb.common.hydra_plumbing import resolved_container
-from sentemb.data.labelled import SCORES, TEXT_IDS
+from sentemb.common.numbers import Bounds, require_number
 from sentemb.encoders.build import build_encoder
 from sentemb.encoders.checkpoint import HPARAMS, read_checkpoint, renamed_hparams
 from sentemb.encoders.models.adapters import is_adapted
 from sentemb.encoders.part_configs import build_part, checked_part
 from sentemb.encoders.poolings.base import TrainingViews
 from sentemb.losses import LossOutput
-from sentemb.losses.base import Bounds, LazyStats, require_number
+from sentemb.losses.base import LazyStats, Objective
 from sentemb.training.auxiliary import AuxiliaryTerm
+from sentemb.training.auxiliary_checks import auxiliary_nodes
 from sentemb.training.checkpoints import CheckpointContents
-from sentemb.training.distributed import gather_with_grad, world_size
+from sentemb.training.distributed import world_size
 from sentemb.training.grad_cache import GradCache
-from sentemb.training.labelled_views import hard_negative_views, with_labelled
+from sentemb.training.loss_inputs import present_rows, step_inputs
 from sentemb.training.negatives import NegativesPart, StepInputs, StepNegatives
-from sentemb.training.negatives.base import gathered
 from sentemb.training.sharding import shard_encoder
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ class SentembModule(CheckpointContents, L.LightningModule):
         compile: bool = False,
         adapter: dict[str, Any] | None = None,
         negatives: dict[str, Any] | None = None,
-        auxiliary: dict[str, Any] | None = None,
+        auxiliary: list[dict[str, Any]] | dict[str, Any] | None = None,
         **stored: Any,
     ) -> None:
         super().__init__()
@@ -84,15 +85,12 @@ class SentembModule(CheckpointContents, L.LightningModule):
         # copies of the encoder now, before compile and any checkpoint
         self.negatives: NegativesPart = build_part("negatives", negatives) if negatives else NegativesPart()
         self.negatives.track(self.encoder)
-        # the auxiliary terms beside the loss (sentemb/training/auxiliary/)
-        terms: list[AuxiliaryTerm] = [build_part("auxiliary", auxiliary)] if auxiliary else []
+        # the auxiliary terms beside the loss (sentemb/training/auxiliary/), in the config's order
+        terms: list[AuxiliaryTerm] = [build_part("auxiliary", node) for node in auxiliary_nodes(auxiliary)]
         self.auxiliary = nn.ModuleList(terms)
         if compile:  # in place: parameter names (and checkpoints) stay those of the eager backbone
             self.encoder.backbone.compile(dynamic=True)  # dynamic: every batch packs another number of tokens
-        self.loss = build_part("loss", loss)  # a registered objective by name (sentemb.common.parts)
-        # a labelled batch's duplicated texts leave the loss's negatives, when it has a negatives' denominator
-        self.masks_duplicates = getattr(self.loss, "refuses_negatives", lambda: "")() is None
-        self.takes_scores = bool(getattr(self.loss, "takes_scores", False))  # CoSENT, AnglE: scored pairs
+        self.loss: Objective = build_part("loss", loss)  # a registered objective by name (sentemb.common.parts)
         self.grad_cache = GradCache.from_config(grad_cache)  # null, a sentence count, or {sentences, tokens}
         # from_pretrained returns the backbone in eval mode and Lightning keeps submodule modes:
         # without this, dropout is off and the two views are identical (no SimCSE at all)
@@ -170,7 +168,7 @@ class SentembModule(CheckpointContents, L.LightningModule):
         views = self.training_views(batch)
         world = world_size()
         output, step = self.global_loss(views, world, batch)
-        auxiliary = {**views.auxiliary, **{term.label: term.term(views) for term in self.auxiliary}}
+        auxiliary = {**views.own_terms, **{term.label: self.auxiliary_term(term, views) for term in self.auxiliary}}
         terms = [weight * value for weight, value in auxiliary.values()]
         if output is not None:
             total = output.loss if views.global_weight == 1.0 else views.global_weight * output.loss
@@ -203,25 +201,27 @@ class SentembModule(CheckpointContents, L.LightningModule):
     def global_loss(
         self, views: TrainingViews, world: int, batch: dict[str, torch.Tensor]
     ) -> tuple[LossOutput | None, StepNegatives | None]:
-        """The loss on the anchor and positive views, their negatives gathered from every rank, with the negatives
-        part's (its `StepNegatives`, also returned, handed back to the part with the step's embeddings once the loss
-        is there); (None, None) when its weight is 0 (a head trained alone): then neither the loss, the gather nor
-        the negatives part runs."""
+        """The loss on the step's inputs by role (`step_inputs`: the anchors, positives, hard negatives, scores,
+        gathered from every rank), with the negatives part's (its `StepNegatives`, also returned, handed back to the
+        part with the step's embeddings once the loss is there); (None, None) when its weight is 0 (a head trained
+        alone): then neither the loss, the gather nor the negatives part runs."""
         if views.global_weight == 0:
             return None, None
-        z1, z2, hard = views.z1, views.z2, hard_negative_views(views)
-        text_ids, scores = batch.get(TEXT_IDS), batch.get(SCORES)
-        if world > 1:
-            z1, z2, hard = gather_with_grad(z1), gather_with_grad(z2), [gather_with_grad(h) for h in hard]
-            text_ids, scores = (None if x is None else gathered(x) for x in (text_ids, scores))
-        if self.takes_scores:  # a scored pair's loss: no negatives (the pre-run checks refuse a negatives part)
-            return self.loss(z1, z2, scores=scores), None
-        inputs = StepInputs(batch, z1, z2, self.encoder, self.loss, self.chunk_sentences())
-        # a labelled batch's hard negatives first, its duplicates masked where the loss has negatives to mask
-        step = with_labelled(self.negatives.step_negatives(inputs), hard, text_ids, self.masks_duplicates)
+        roles = step_inputs(views, batch, world, masks_duplicates=self.loss.takes_negatives())
+        inputs = StepInputs(batch, roles, self.encoder, self.loss, self.chunk_sentences())
+        step = self.negatives.step_negatives(inputs)
         output = self.negatives.global_loss(inputs, step)
         self.negatives.after_loss(inputs, step)
         return output, step
+
+    @staticmethod
+    def auxiliary_term(term: AuxiliaryTerm, views: TrainingViews) -> tuple[float, torch.Tensor]:
+        """(weight, loss) of an auxiliary term on the rows that have every view it reads (a built-in set's missing
+        hard negative is never seen); a batch with none of them adds 0 with the step's graph."""
+        kept, rows = views.rows_with(term.reads)
+        if rows == 0:
+            return 0.0, 0.0 * views.z1.sum()
+        return term.term(kept)
 
     def chunk_sentences(self) -> int | None:
         """GradCache's sentences per forward (a negatives part encoding the batch again does it in these), or None."""
@@ -231,11 +231,13 @@ class SentembModule(CheckpointContents, L.LightningModule):
         """Every view's embeddings in one forward, with their roles (`view_roles`); with grad_cache, built from cached
         chunk outputs (grad_cache.py)."""
         if self.grad_cache is None:
-            return self.encoder.training_views(batch)
-        prepared = self.encoder.training_batch(batch)
-        rows = self.grad_cache.cached_rows(self.encoder, prepared)
-        views = self.encoder.pooling.training_views(rows, prepared, batch["input_ids"].shape[0])
-        return views.named(view_roles(batch))
+            views = self.encoder.training_views(batch)
+        else:
+            prepared = self.encoder.training_batch(batch)
+            rows = self.grad_cache.cached_rows(self.encoder, prepared)
+            views = self.encoder.pooling.training_views(rows, prepared, batch["input_ids"].shape[0])
+            views = views.named(view_roles(batch))
+        return replace(views, present=present_rows(batch, views))
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """Lightning's backward (the loss arrives already scaled under 16-mixed); GradCache then replays its chunks."""

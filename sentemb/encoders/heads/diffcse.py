@@ -128,9 +128,12 @@ def conditioned(discriminator: nn.Module, z: torch.Tensor) -> torch.utils.hooks.
     serves=ENCODERS,
     why_not="its discriminator is a BERT/RoBERTa conditioned through the [CLS] position of the embedding layer",
     export=TRAINS_ONLY,
+    companions=("pooling.mlp=none",),  # its projector takes the MLP's place
 )
 class DiffCSEHead(AroundPooling):
     """DiffCSE's projector, generator and discriminator around an encoder pooling (module docstring)."""
+
+    term_labels = ("rtd",)  # λ·L_RTD
 
     @classmethod
     def built_with(cls, backbone: nn.Module, output_layer: nn.Module | None) -> dict[str, Any]:
@@ -170,7 +173,7 @@ class DiffCSEHead(AroundPooling):
 
     def around(self, pooling: Pooling) -> DiffCSEHead:
         """This head around `pooling`, which must read the sentence's own tokens and leave the projector its place."""
-        if type(pooling).prepare is not Pooling.prepare or getattr(pooling, "hidden_layers", None) is not None:
+        if type(pooling).prepare is not Pooling.prepare or pooling.hidden_layers is not None:
             raise SentembConfigError(
                 f"head=diffcse with {type(pooling).__name__}: the discriminator is conditioned on the sentence's own "
                 "tokens, which this pooling lays out otherwise (a template, segments, several layers). "
@@ -265,5 +268,5 @@ class DiffCSEHead(AroundPooling):
         mask = batch["attention_mask"][: 2 * n]
         logits = self.rtd_logits(batch[EDITED][: 2 * n], mask, z)
         loss = self.rtd_loss(logits, batch[REPLACED][: 2 * n], mask)
-        auxiliary = {**views.auxiliary, "rtd": (self.weight, loss)}
-        return replace(views, embeddings=split_views(projected, n), auxiliary=auxiliary)
+        auxiliary = {**views.own_terms, "rtd": (self.weight, loss)}
+        return replace(views, embeddings=split_views(projected, n), own_terms=auxiliary)

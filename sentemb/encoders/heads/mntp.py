@@ -152,6 +152,8 @@ def joined_rows(parts: list[dict[str, torch.Tensor]], tokenizer: PreTrainedToken
 class MNTPHead(AroundPooling):
     """LLM2Vec's masked next-token prediction around a decoder pooling (module docstring)."""
 
+    term_labels = ("mntp",)
+
     loads_output_layer = True  # build_encoder loads the causal-LM model and passes its lm_head (`built_with`)
 
     @classmethod
@@ -256,9 +258,9 @@ class MNTPHead(AroundPooling):
         term = {"mntp": (self.weight, loss)}
         if not self.contrastive:  # LLM2Vec's first stage: no views, no contrastive loss
             empty = loss.new_zeros(0, 0)
-            return TrainingViews([empty, empty], global_weight=0.0, auxiliary=term)
+            return TrainingViews([empty, empty], global_weight=0.0, own_terms=term)
         first = batch["input_ids"].shape[0] - n  # the inner pooling's rows precede the masked ones
         inner_rows = {key: value[:first] for key, value in rows.items() if key not in (LOSS_SUM, COUNT)}
         inner_batch = {key: value[:first] for key, value in batch.items() if key != LABELS}
         views = self.inner_pooling().training_views(inner_rows, inner_batch, n)
-        return replace(views, auxiliary={**views.auxiliary, **term})
+        return replace(views, own_terms={**views.own_terms, **term})

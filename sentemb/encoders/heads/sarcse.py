@@ -17,7 +17,7 @@ Self-adaptive reconstruction loss (Eq. 8, 9): L_R = (1/N) Σ_i f(w_i)·MSE(x_i, 
 f(w) = max(θ, 1 − λ·freq(w)), freq = the token's share of all tokens of the training corpus
 (counted once per corpus + tokenizer and cached on disk); `weighting: mse` gives plain MSE.
 Both views reconstruct their own tokens; total α·L_I + β·L_R + γ·L_R⁺ (Eq. 10): α is its
-`contrastive_weight`, β·L_R and γ·L_R⁺ its `auxiliary_terms` (the Pooling interface, which HiCL
+`contrastive_weight`, β·L_R and γ·L_R⁺ its `own_terms` (the Pooling interface, which HiCL
 also uses when SARCSE runs on every segment). The tokenizer's special ids (removed before the
 TextCNN) come through the constructor.
 """
@@ -50,6 +50,7 @@ MAX_CHANNELS = 65536  # 131x the paper's co_t: a TextCNN of 3 x 65536 filters ov
     "head", "sarcse", serves=ENCODERS, why_not="SARCSE replaces an encoder's [CLS] pooling, which decoders do not have"
 )
 class SARCSEHead(Pooling):
+    term_labels = ("reconstruction", "reconstruction_positive")  # β·L_R and γ·L_R⁺ (Eq. 10)
     graph_refusal = (
         "format=onnx with head=sarcse: SARCSE's TextCNN lays out each batch at the width of its longest sentence's "
         "content tokens, a shape read from the data that torch's ONNX exporter cannot keep dynamic. "
@@ -179,7 +180,7 @@ class SARCSEHead(Pooling):
         z, reconstruction = self.embed_and_reconstruction_loss(hidden, batch["attention_mask"], batch["input_ids"])
         return {"embedding": z, "reconstruction": reconstruction}
 
-    def auxiliary_terms(self, rows: dict[str, torch.Tensor], half: int) -> dict[str, tuple[float, torch.Tensor]]:
+    def own_terms(self, rows: dict[str, torch.Tensor], half: int) -> dict[str, tuple[float, torch.Tensor]]:
         """β·L_R (first view's rows) and γ·L_R⁺ (second view's rows) of Eq. 10; a view after them
         (e.g. SNCSE's negations) is not reconstructed."""
         per_row = rows["reconstruction"]

@@ -33,13 +33,16 @@ from sentemb.common.parts import declared_part
 @dataclass
 class TrainingViews:
     """Every view's embeddings in the batch's order (`embeddings`: the anchor's, its positive's, then the others'),
-    the global loss's weight, the auxiliary (weight, loss) terms, and each view's role (`roles`, filled from the
-    batch: sentemb.common.batch_views) by which a part reads a view (`view`)."""
+    the global loss's weight, the pooling's and head's own (weight, loss) terms (`own_terms`: HiCL's local loss,
+    SARCSE's reconstruction; the `auxiliary=` parts' terms are the module's), each view's role (`roles`, filled from the
+    batch: sentemb.common.batch_views) by which a part reads a view (`view`), and for a view some rows lack (a built-in
+    set's missing hard negative) the rows that have it (`present`: role → (N,) bool)."""
 
     embeddings: list[torch.Tensor]
     global_weight: float = 1.0
-    auxiliary: dict[str, tuple[float, torch.Tensor]] = field(default_factory=dict)
+    own_terms: dict[str, tuple[float, torch.Tensor]] = field(default_factory=dict)
     roles: tuple[str, ...] = ()
+    present: dict[str, torch.Tensor] = field(default_factory=dict)
 
     @property
     def z1(self) -> torch.Tensor:
@@ -56,6 +59,16 @@ class TrainingViews:
         if len(roles) != len(self.embeddings):
             raise RuntimeError(f"{len(self.embeddings)} training views for the batch's {len(roles)} roles {roles}")
         return replace(self, roles=tuple(roles))
+
+    def rows_with(self, roles: tuple[str, ...]) -> tuple[TrainingViews, int | None]:
+        """These views cut to the rows that have every view in `roles` (`present`), and how many rows are left (None:
+        every row has them, nothing was cut): what a part reading those views sees, never an absent one."""
+        masks = [self.present[role] for role in roles if role in self.present]
+        if not masks:
+            return self, None
+        keep = masks[0] if len(masks) == 1 else torch.stack(masks).all(dim=0)
+        kept = replace(self, embeddings=[embedding[keep] for embedding in self.embeddings], present={})
+        return kept, int(keep.sum())
 
     def view(self, role: str, asked_by: str) -> torch.Tensor:
         """The embeddings of the view called `role`, which `asked_by` reads; refused when the batch has none."""
@@ -78,7 +91,7 @@ class TrainingHooks:
 
     Who calls them: the LightningModule (training/module.py) calls `prepare_training` once at fit start and,
     through the encoder (encoders/encoder.py), `training_batch` → `training_rows` → `training_views` each step;
-    HiCL calls its segment pooling's `auxiliary_terms` and `contrastive_weight` (a head on every segment).
+    HiCL calls its segment pooling's `own_terms` and `contrastive_weight` (a head on every segment).
 
     Training is split in two so that GradCache (training/grad_cache.py) can chunk the first part:
     `training_rows` is per row (a row's outputs depend on its own tokens only), so GradCache runs it on
@@ -89,6 +102,8 @@ class TrainingHooks:
     The defaults call the `prepare` and `forward` of the Pooling they are part of.
     """
 
+    # the labels of the (weight, loss) terms `own_terms` / `training_views` add (logged as train/loss/<label>)
+    term_labels: tuple[str, ...] = ()
     # the weight of the contrastive loss on this pooling's vectors: 1 (plain SimCSE); SARCSE's α, MNTP's 0 without
     # contrastive training (both properties); HiCL multiplies its global weight by its segment pooling's
     contrastive_weight: float = 1.0
@@ -114,7 +129,11 @@ class TrainingHooks:
         whose first dimension is the rows: by default their embeddings, train-only MLP on (`train_head=True`)."""
         return {"embedding": self(hidden, batch, train_head=True)}
 
-    def auxiliary_terms(self, rows: dict[str, torch.Tensor], half: int) -> dict[str, tuple[float, torch.Tensor]]:
+    def own_term_labels(self) -> set[str]:
+        """The labels of every term this pooling adds, with those of the parts inside it (`term_labels`)."""
+        return set(self.term_labels)
+
+    def own_terms(self, rows: dict[str, torch.Tensor], half: int) -> dict[str, tuple[float, torch.Tensor]]:
         """(weight, loss) terms of the per-row outputs besides the embedding (first `half` rows: view 1), read by
         `training_views` here and by HiCL for its segment pooling (SARCSE's reconstruction); none by default."""
         return {}
@@ -124,7 +143,7 @@ class TrainingHooks:
         the batch carries, n rows each); `batch` is the prepared batch those rows came from (HiCL reads its segments'
         owners there). Batch-level: called once a step on all rows (with GradCache, on the cached ones), by the
         encoder or the LightningModule."""
-        return TrainingViews(split_views(rows["embedding"], n), self.contrastive_weight, self.auxiliary_terms(rows, n))
+        return TrainingViews(split_views(rows["embedding"], n), self.contrastive_weight, self.own_terms(rows, n))
 
 
 class HeadHooks:
@@ -248,7 +267,7 @@ class AroundPooling(Pooling):
 
     `build_encoder` calls `around(pooling)`; `prepare`, `forward`, `contrastive_weight` and the training hooks go to
     the pooling inside unless the head overrides them (typically `training_views`, to add an auxiliary (weight,
-    loss) term; `auxiliary_terms` is left to the inner pooling's own `training_views`). Its head and serving hooks
+    loss) term; `own_terms` is left to the inner pooling's own `training_views`). Its head and serving hooks
     stay the defaults: such a head declares `export=TRAINS_ONLY`, and an export serves the pooling inside without it
     (export.py's `inference_parts`)."""
 
@@ -262,6 +281,9 @@ class AroundPooling(Pooling):
         """This head with `pooling` inside."""
         self.inner = pooling
         return self
+
+    def own_term_labels(self) -> set[str]:
+        return set(self.term_labels) | (self.inner.own_term_labels() if self.inner is not None else set())
 
     def inner_pooling(self) -> Pooling:
         if self.inner is None:

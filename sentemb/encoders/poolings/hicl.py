@@ -62,6 +62,7 @@ def segment_weights(lengths: list[int], owner: list[int], weighting: str) -> lis
 
 @part("pooling", "hicl", serves=ENCODERS, why_not="its segments are pooled at [CLS] or [MASK]")
 class HiCLPooling(Pooling):
+    term_labels = ("local", "entailment")  # α·L_local, and β·L_entailment where β > 0
     graph_refusal = (
         "format=onnx with pooling=hicl: HiCL splits every sentence into segments before the encoder and weights the "
         "segments' vectors by their lengths, so one sentence is several graph rows and one ONNX graph cannot embed it. "
@@ -179,6 +180,9 @@ class HiCLPooling(Pooling):
         """The rows are segments: their embeddings (and, with head=sarcse, each segment's reconstruction loss)."""
         return self.segment_pooling.training_rows(hidden, batch)
 
+    def own_term_labels(self) -> set[str]:
+        return set(self.term_labels) | self.segment_pooling.own_term_labels()
+
     def training_views(self, rows: dict[str, torch.Tensor], batch: dict[str, torch.Tensor], n: int) -> TrainingViews:
         """Sequence embeddings of every view, plus the local (and entailment) loss over their segments."""
         segments = rows["embedding"]
@@ -192,7 +196,7 @@ class HiCLPooling(Pooling):
         if self.entailment_beta > 0:
             auxiliary["entailment"] = (self.entailment_beta, self.entailment_loss(segments, embeddings[1], owner, n))
         # a head on every segment (SARCSE): its per-segment terms, and Eq. 10's α on the contrastive part
-        auxiliary.update(self.segment_pooling.auxiliary_terms(rows, anchors))
+        auxiliary.update(self.segment_pooling.own_terms(rows, anchors))
         global_weight *= self.segment_pooling.contrastive_weight
         return TrainingViews(embeddings, global_weight, auxiliary)
 

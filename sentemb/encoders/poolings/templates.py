@@ -28,7 +28,7 @@ PROMPTBERT_TEMPLATE = 'This sentence : "[X]" means [MASK] .'
 # SNCSE's training template of the positive and the soft negative (its anchor's is PROMPTBERT_TEMPLATE)
 SNCSE_POSITIVE_TEMPLATE = 'This sentence of "[X]" means [MASK] .'
 # SNCSE's released pieces (Sense-GVT/SNCSE train_SNCSE.py, prepare_features: s1 = 'This sentence : " ', ss1 = 'This
-# sentence of " ', s2 = ' " means [MASK] .'), (anchor, positive and negation): auxiliary.convention=reference
+# sentence of " ', s2 = ' " means [MASK] .'), (anchor, positive and negation): auxiliary.sncse.convention=reference
 SNCSE_REFERENCE_TEMPLATES = ('This sentence : " [X] " means [MASK] .', 'This sentence of " [X] " means [MASK] .')
 
 

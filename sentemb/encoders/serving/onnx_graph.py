@@ -192,7 +192,8 @@ def check_graph_parts(pooling: dict[str, Any], head: dict[str, Any] | None, quan
             f"export.quantize={quantize!r}: use int8 (ONNX Runtime's dynamic quantisation) or null (fp32 only)"
         )
     for kind, node in (("pooling", pooling), ("head", head)):  # each declares why it is not one graph, if it is not
-        refusal = getattr(getattr(part_entry(kind, node), "build", None), "graph_refusal", None)
+        entry = part_entry(kind, node)
+        refusal = entry.build.graph_refusal if entry is not None else None
         if refusal:
             raise SentembConfigError(refusal)
 

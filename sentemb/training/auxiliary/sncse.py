@@ -78,33 +78,37 @@ class SoftNegativeMargin(AuxiliaryTerm):
         super().__init__()
         for key, value in (("alpha", alpha), ("beta", beta), ("weight", weight)):
             if not (isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)):
-                raise SentembConfigError(f"auxiliary.{key}={value!r} must be a finite number (SNCSE: α 0.1, β 0.3)")
+                raise SentembConfigError(
+                    f"auxiliary.sncse.{key}={value!r} must be a finite number (SNCSE: α 0.1, β 0.3)"
+                )
         if weight < 0:
-            raise SentembConfigError(f"auxiliary.weight={weight} must be >= 0 (SNCSE's λ: 1e-3 BERT, 5e-4 RoBERTa)")
+            raise SentembConfigError(
+                f"auxiliary.sncse.weight={weight} must be >= 0 (SNCSE's λ: 1e-3 BERT, 5e-4 RoBERTa)"
+            )
         if alpha > beta:  # the band [α, β] of cos(pos) − cos(neg) would be empty: both hinges always push
             raise SentembConfigError(
-                f"auxiliary.alpha={alpha} > auxiliary.beta={beta}: BML keeps cos(pos) − cos(neg) within "
+                f"auxiliary.sncse.alpha={alpha} > auxiliary.sncse.beta={beta}: BML keeps cos(pos) − cos(neg) within "
                 "[α, β]. Fix: α ≤ β (SNCSE: α 0.1, β 0.3)"
             )
         if source not in SOURCES:
             raise SentembConfigError(
-                f"auxiliary.source={source!r} is not one of {', '.join(SOURCES)}. Fix: auxiliary.source=rule "
-                "(offline), spacy (the parse-based rule), or file with auxiliary.path"
+                f"auxiliary.sncse.source={source!r} is not one of {', '.join(SOURCES)}. Fix: "
+                "auxiliary.sncse.source=rule (offline), spacy (the parse-based rule), or file with auxiliary.sncse.path"
             )
         if convention not in CONVENTIONS:
             raise SentembConfigError(
-                f"auxiliary.convention={convention!r} is not one of {', '.join(CONVENTIONS)}. Fix: "
-                "auxiliary.convention=paper (or reference: the released training's rows)"
+                f"auxiliary.sncse.convention={convention!r} is not one of {', '.join(CONVENTIONS)}. Fix: "
+                "auxiliary.sncse.convention=paper (or reference: the released training's rows)"
             )
         if lookup_quirk is not None and not isinstance(lookup_quirk, bool):
             raise SentembConfigError(
-                f"auxiliary.lookup_quirk={lookup_quirk!r} must be true, false or null (the convention's)"
+                f"auxiliary.sncse.lookup_quirk={lookup_quirk!r} must be true, false or null (the convention's)"
             )
         if convention == "reference" and lookup_quirk is False:
             raise SentembConfigError(
-                "auxiliary.lookup_quirk=false with auxiliary.convention=reference: the released training "
-                "always looks negations up its own way. Fix: auxiliary.lookup_quirk=null, or "
-                "auxiliary.convention=paper"
+                "auxiliary.sncse.lookup_quirk=false with auxiliary.sncse.convention=reference: the released training "
+                "always looks negations up its own way. Fix: auxiliary.sncse.lookup_quirk=null, or "
+                "auxiliary.sncse.convention=paper"
             )
         self.alpha, self.beta, self.weight = float(alpha), float(beta), float(weight)
         self.convention = convention
@@ -132,7 +136,7 @@ class SoftNegativeMargin(AuxiliaryTerm):
 
 
 def check_reference_pooling(pooling: Mapping[str, Any]) -> None:
-    """auxiliary.convention=reference embeds the [MASK] state of SNCSE's two prompts, their pieces spaced as its
+    """auxiliary.sncse.convention=reference embeds the [MASK] state of SNCSE's two prompts, their pieces spaced as its
     training tokenises them (`SNCSE_REFERENCE_TEMPLATES`: the spaces change RoBERTa's tokens, not BERT's)."""
     anchor, positive = SNCSE_REFERENCE_TEMPLATES
     given = (pooling.get("name"), *(pooling.get(key) for key in TEMPLATE_KEYS))
@@ -143,8 +147,8 @@ def check_reference_pooling(pooling: Mapping[str, Any]) -> None:
             for key, text in zip(TEMPLATE_KEYS, (anchor, positive), strict=True)
         )
         raise SentembConfigError(
-            f"auxiliary.convention=reference with pooling={given[0]}, pooling.template={given[1]!r}, "
+            f"auxiliary.sncse.convention=reference with pooling={given[0]}, pooling.template={given[1]!r}, "
             f"pooling.positive_template={given[2]!r}: the released training embeds the [MASK] state of its prompts, "
             f"tokenised in pieces with a space inside each quote. Fix: pooling=prompt {quoted}, or "
-            "auxiliary.convention=paper"
+            "auxiliary.sncse.convention=paper"
         )

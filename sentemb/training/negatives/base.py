@@ -1,12 +1,13 @@
 """The negatives-part protocol: what SentembModule asks of a `negatives=` part, each hook with a working default.
 
-A step runs, in this order (training/module.py): `training_batch` (the batch the encoders see) → the views and
-their DDP gather → `step_negatives` (what this step's loss gets: a `StepNegatives`) → `global_loss` (the loss with
-them, `apply_negatives` by default) → `after_loss` (given the step's embeddings: a queue or memory takes them) →
-backward. What one step hands from `step_negatives` to `after_loss` travels in its `StepNegatives`
-(`carried`), never on the part: a part keeps no per-batch state. State a part keeps across steps (a queue, a
-memory) is a persistent buffer or torch's `get_extra_state`/`set_extra_state`: checkpoints save and restore it,
-and a resumed checkpoint's entries are checked before any model loads (`check_resumed_state`).
+A step runs, in this order (training/module.py): `training_batch` (the batch the encoders see) → the views and their
+DDP gather (the step's `LossInputs` by role) → `step_negatives` (what this step's loss gets: a `StepNegatives`) →
+`global_loss` (the loss on the inputs with them as `extra` and `excluded`, `apply_negatives` by default) →
+`after_loss` (given the step's embeddings: a queue or memory takes them) → backward. What one step hands from
+`step_negatives` to `after_loss` travels in its `StepNegatives` (`carried`), never on the part: a part keeps no
+per-batch state. State a part keeps across steps (a queue, a memory) is a persistent buffer or torch's
+`get_extra_state`/`set_extra_state`: checkpoints save and restore it, and a resumed checkpoint's entries are checked
+before any model loads (`check_resumed_state`).
 
 A new part subclasses `NegativesPart`, registers with `@part("negatives", "<name>")` in a module of this package,
 and overrides only what it changes; `ema.py` is the momentum copy of the encoder any part can build on.
@@ -27,7 +28,8 @@ from sentemb.common.hydra_plumbing import part_name, resolved_container
 from sentemb.common.parts import declared_part
 from sentemb.encoders.checkpoint import read_checkpoint
 from sentemb.encoders.part_configs import build_part
-from sentemb.losses.registry import negatives_refusal
+from sentemb.losses.inputs import LossInputs
+from sentemb.losses.registry import negatives_losses, negatives_refusal
 from sentemb.training.checkpoints import KeepsTrainedCopies
 from sentemb.training.distributed import world_size
 from sentemb.training.sharding import is_sharded
@@ -37,8 +39,6 @@ if TYPE_CHECKING:
     from sentemb.losses import LossOutput
 
 CONVENTIONS = ("paper", "reference")
-# the losses with a negatives' denominator, named in the fixes of the parts' refusals
-NEGATIVES_LOSSES = "infonce, focal, arccon, mpt, met, mat, paradigm"
 NEGATIVES_PREFIX = "negatives."  # the negatives part's keys in SentembModule's state dict
 RESUME_FIX = (
     "Fix: resume from the run's own checkpoint as sentemb wrote it (its checkpoints/last.ckpt, or an earlier "
@@ -48,34 +48,45 @@ RESUME_FIX = (
 
 @dataclass(frozen=True)
 class StepInputs:
-    """What a step hands its negatives part: the batch its encoders saw, the global views' embeddings (z1, z2,
-    gathered over the ranks), the encoder, the loss, and GradCache's sentences per forward (`chunk`; None: the batch
-    at once), for a part that encodes the batch again."""
+    """What a step hands its negatives part: the batch its encoders saw, the step's loss inputs by role (`roles`: the
+    global anchors, positives, hard negatives, ..., gathered over the ranks), the encoder, the loss, and GradCache's
+    sentences per forward (`chunk`; None: the batch at once), for a part that encodes the batch again."""
 
     batch: dict[str, torch.Tensor]
-    z1: torch.Tensor
-    z2: torch.Tensor
+    roles: LossInputs
     encoder: SentenceEncoder
     loss: nn.Module
     chunk: int | None = None
+
+    @property
+    def z1(self) -> torch.Tensor:
+        """The global anchors' embeddings."""
+        return self.roles.anchors
+
+    @property
+    def z2(self) -> torch.Tensor:
+        """The global positives' embeddings."""
+        return self.roles.positives
 
 
 @dataclass(frozen=True)
 class StepNegatives:
     """What a negatives part gives one training step's loss, and gets back after it.
 
-    `negatives`: extra negative rows (K, D), or None; `excluded`: the (N, N + K) bool mask of each anchor's false
-    negatives (`Objective.forward`), or None; `carried`: the part's own values from `step_negatives` for its
-    `after_loss` (e.g. the global batch's sentence keys); `logged`: detached scalars logged as they are named;
-    `hard_negatives`: how many blocks of N rows at the head of `negatives` are the anchors' own labelled hard
-    negatives (row b·N + i: anchor i's; the module puts them there, sentemb/training/labelled_views.py).
+    `negatives`: extra negative rows (K, D), or None (the loss inputs' `extra`); `excluded`: the (N, N + K) bool mask
+    of each anchor's false negatives among [positives | negatives] (`LossInputs.excluded`), or None; `carried`: the
+    part's own values from `step_negatives` for its `after_loss` (e.g. the global batch's sentence keys); `logged`:
+    detached scalars logged as they are named.
     """
 
     negatives: torch.Tensor | None = None
     excluded: torch.Tensor | None = None
     carried: Mapping[str, torch.Tensor] = field(default_factory=dict)
     logged: Mapping[str, torch.Tensor] = field(default_factory=dict)
-    hard_negatives: int = 0
+
+    def inputs(self, roles: LossInputs) -> LossInputs:
+        """The step's loss inputs with these negatives and exclusions."""
+        return roles.with_roles(extra=self.negatives, excluded=self.excluded)
 
 
 class NegativesPart(KeepsTrainedCopies, nn.Module):
@@ -115,18 +126,16 @@ class NegativesPart(KeepsTrainedCopies, nn.Module):
 
     def global_loss(self, inputs: StepInputs, step: StepNegatives) -> LossOutput:
         """The step's global loss with its negatives (`apply_negatives`)."""
-        return apply_negatives(inputs.loss, inputs.z1, inputs.z2, step)
+        return apply_negatives(inputs, step)
 
     def after_loss(self, inputs: StepInputs, step: StepNegatives) -> None:
         """After the loss, before backward, with the step's global embeddings (as the loss had them). Nothing by
         default."""
 
 
-def apply_negatives(loss: nn.Module, z1: torch.Tensor, z2: torch.Tensor, step: StepNegatives) -> LossOutput:
-    """loss(z1, z2) with the step's negatives, exclusions and count of labelled hard negatives, each passed only
-    when there is one (a loss of your own that takes no such keyword keeps working without them)."""
-    given = {"negatives": step.negatives, "excluded": step.excluded, "hard_negatives": step.hard_negatives or None}
-    return loss(z1, z2, **{key: value for key, value in given.items() if value is not None})
+def apply_negatives(inputs: StepInputs, step: StepNegatives) -> LossOutput:
+    """The loss on the step's inputs by role with the step's negatives and exclusions."""
+    return inputs.loss(step.inputs(inputs.roles))
 
 
 def in_chunks(
@@ -147,15 +156,15 @@ def gathered(tensor: torch.Tensor) -> torch.Tensor:
     return torch.cat(parts)
 
 
-def refuse_loss_without_negatives(cfg: Mapping[str, Any], named: str, why: str, losses: str = NEGATIVES_LOSSES) -> None:
+def refuse_loss_without_negatives(cfg: Mapping[str, Any], named: str, why: str, losses: str | None = None) -> None:
     """A loss that takes no extra negatives (`negatives_refusal`) refused for `named` (negatives=<part>), saying
-    `why` the part needs them, and the `losses` it takes in the fix."""
+    `why` the part needs them, and the `losses` it takes in the fix (the registry's that take them by default)."""
     loss = cfg.get("loss") or {}
     reason = negatives_refusal(loss)
     if reason:
         raise SentembConfigError(
             f"{named} with loss={loss.get('name')}: {reason} {why} Fix: a loss that takes extra negatives "
-            f"({losses}), or no negatives= group"
+            f"({losses or ', '.join(negatives_losses())}), or no negatives= group"
         )
 
 

@@ -67,6 +67,7 @@ from sentemb.losses.base import (
     require_whole,
 )
 from sentemb.losses.geometry import paradigm_stats
+from sentemb.losses.registry import negatives_losses
 from sentemb.training.distributed import world_size
 from sentemb.training.negatives.base import (
     CONVENTIONS,
@@ -87,9 +88,15 @@ INITIAL = "initial"  # the encoder's own initial weights, frozen
 KEY = "negatives.complementary"
 REFERENCE_SCALE = 20.0  # the released code's `cos_sim_fix > phi * 20`, its cos_sim_fix = cos/τ (20 = 1/0.05)
 EXCLUDED_SHARE = "train/dclr/excluded_share"
-TEMPERED_LOSSES = "infonce, focal, arccon, paradigm"  # extra negatives and a temperature τ (others: ascent_tau)
 MAX_NOISE_TIMES = 64.0  # 25x DCLR's largest (2.5, RoBERTa-base); the memory it needs is checked against the machine's
 MAX_ASCENT_STEPS = 1000  # 250x the released code's 4
+
+
+def tempered_losses() -> str:
+    """The registered losses that take extra negatives and have a temperature τ (others need ascent_tau)."""
+    return ", ".join(
+        name for name in negatives_losses() if "tau" in inspect.signature(lookup("loss", name).build).parameters
+    )
 
 
 @part("negatives", "dclr")
@@ -148,14 +155,14 @@ class DCLRNegatives(NegativesPart):
         extra negatives or a temperature, another loss than infonce (or a symmetric one) under `reference`,
         trainer=fsdp; and the complementary model's source must be there."""
         why = "DCLR adds noise negatives to, and removes false negatives from, a loss's denominator."
-        refuse_loss_without_negatives(cfg, "negatives=dclr", why, TEMPERED_LOSSES)
+        refuse_loss_without_negatives(cfg, "negatives=dclr", why, tempered_losses())
         loss = cfg.get("loss") or {}
         name = loss.get("name")
         if self.ascent_tau is None and "tau" not in inspect.signature(lookup("loss", name).build).parameters:
             raise SentembConfigError(
                 f"negatives=dclr with loss={name}: the loss has no temperature loss.tau, which the noise's gradient "
                 "ascent reads by default. Fix: negatives.ascent_tau=0.05 (DCLR's temperature), or a loss with τ "
-                f"({TEMPERED_LOSSES})"
+                f"({tempered_losses()})"
             )
         if self.convention == "reference":
             if name != "infonce":
@@ -226,8 +233,10 @@ class DCLRNegatives(NegativesPart):
     def global_loss(self, inputs: StepInputs, step: StepNegatives) -> LossOutput:
         """`reference`: the released code's loss (`reference_loss`); `paper`: the configured loss's."""
         if self.convention == "reference":
-            return self.reference_loss(inputs.z1, inputs.z2, step.negatives, step.excluded, float(inputs.loss.tau))
-        return apply_negatives(inputs.loss, inputs.z1, inputs.z2, step)
+            roles = step.inputs(inputs.roles)  # its candidates after the positives, and the one exclusion mask
+            excluded = roles.candidate_exclusion()
+            return self.reference_loss(inputs.z1, inputs.z2, roles.others(), excluded, float(inputs.loss.tau))
+        return apply_negatives(inputs, step)
 
     # ---- DCLR's pieces
 
