@@ -259,11 +259,11 @@ def test_a_step_excludes_the_complementary_models_false_negatives_and_adds_the_n
     monkeypatch.setattr(
         type(module.loss),
         "forward",
-        lambda self, z1, z2, **kwargs: seen.append(kwargs) or original(self, z1, z2, **kwargs),
+        lambda self, inputs: seen.append(inputs) or original(self, inputs),
     )
     batch = tokens(module, SENTENCES[:5])
     _, _, logged = module.step_loss(batch)
-    negatives, excluded = seen[0]["negatives"], seen[0]["excluded"]
+    negatives, excluded = seen[0].extra, seen[0].excluded  # the loss's inputs by role
     assert negatives.shape == (5, module.encoder.hidden_size), "M = N · noise_times = 5 noise rows"
     assert excluded.shape == (5, 10) and not excluded[:, 5:].any(), "noise columns are never excluded"
     assert excluded[0, 4] and excluded[4, 0] and excluded[:, :5].sum() == 2, "the duplicate, nothing else"

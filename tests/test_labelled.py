@@ -80,8 +80,9 @@ def test_columns_are_named_or_taken_in_order_and_a_score_column_makes_scored_pai
         read_labelled({"path": str(path), "columns": ["sentence1", "sentence2", "score"]})
     scored = read_labelled({"path": str(path), "columns": ["sentence2", "sentence1", "score"], "score_range": [0, 5]})
     assert scored.texts == (["c d"], ["a b"]) and scored.scores == [0.8]
-    with pytest.raises(SentembConfigError, match=r"a scored pair is \(sentence1, sentence2, score\)"):
-        read_labelled({"path": str(path), "score_range": [0, 5]})  # id is a third text column
+    # every column read: id would be the anchor (a scored row may carry hard negatives), and its numbers are refused
+    with pytest.raises(SentembConfigError, match=r"every value of column 'id' \(1 rows read\) is a number"):
+        read_labelled({"path": str(path), "score_range": [0, 5]})
     with pytest.raises(SentembConfigError, match="'query', which the file does not have"):
         read_labelled({"path": str(path), "columns": ["query", "sentence1"]})
 
@@ -279,7 +280,7 @@ def test_the_data_and_the_loss_must_fit(tmp_path, triplets_csv, data_root):
     pairs = write_csv(tmp_path / "p.csv", ["anchor", "positive"], [["a b", "c d"]] * 20)
     refusals = {
         "barlow takes no extra negatives": ["loss=barlow", f"data.path={triplets_csv}"],
-        "which loss=infonce would read as positives": ["data=stsb_train"],
+        "loss=infonce would read the pairs as positives": ["data=stsb_train"],
         "loss=cosent learns from scored pairs": ["loss=cosent", f"data.path={pairs}"],
         "fewer than one batch": [f"data.path={pairs}", "data.batch_size=32"],
         "cannot make the negation view": ["auxiliary=sncse", f"data.path={pairs}"],

@@ -174,7 +174,7 @@ def test_preset_holds_the_papers_values(name, tmp_path):
         assert choice(cfg, "auxiliary") is None and cfg.get("auxiliary") is None
     else:
         assert choice(cfg, "auxiliary") == "sncse"
-        margin = cfg.auxiliary
+        margin = cfg.auxiliary.sncse
         assert (margin.weight, margin.alpha, margin.beta) == (want["weight"], 0.1, 0.3)
         assert cfg.auxiliary.sncse.source == "rule" and cfg.auxiliary.sncse.convention == "paper"
         assert cfg.auxiliary.sncse.lookup_quirk is None, "the paper convention's lookup"

@@ -76,7 +76,7 @@ def test_loss_equals_a_naive_loop_and_transformers_causal_lm_loss_on_a_fixed_mas
     prepared = {**batch, LABELS: labels}
     hidden = module.encoder.backbone_states(prepared)
     rows = head.training_rows(hidden, prepared)
-    loss = head.training_views(rows, prepared, len(SENTENCES)).auxiliary["mntp"][1]
+    loss = head.training_views(rows, prepared, len(SENTENCES)).own_terms["mntp"][1]
 
     expected, sums, counts = naive_mntp_loss(hidden.detach(), labels, head.lm_head)
     assert rows["mntp_count"].tolist() == counts == [3, 1, 3]

@@ -104,7 +104,7 @@ def test_a_step_uses_the_old_queue_then_enqueues_the_momentum_keys_of_its_anchor
     monkeypatch.setattr(
         type(module.loss),
         "forward",
-        lambda self, z1, z2, negatives=None: seen.append(negatives) or original(self, z1, z2, negatives=negatives),
+        lambda self, inputs: seen.append(inputs.extra) or original(self, inputs),  # the loss's extra negatives
     )
     module.step_loss(first)
     assert seen[0] is None, "an empty queue: plain InfoNCE on the first step"
@@ -127,7 +127,7 @@ def test_the_queue_adds_negatives_to_the_loss(tmp_path):
     module.step_loss(tokens(module, SENTENCES[4:]))  # fills the queue with 4 other sentences
     views = module.training_views(batch)
     plain = module.loss(views.z1, views.z2).loss
-    with_queue = module.loss(views.z1, views.z2, negatives=module.negatives.queue).loss
+    with_queue = module.loss(views.z1, views.z2, extra=module.negatives.queue).loss
     assert with_queue > plain, "more negatives in the denominator: a larger InfoNCE"
 
 
@@ -331,7 +331,7 @@ def sentemb_queue_losses(
     losses = []
     for (z1, z2, eval_z), batch_ids in zip(steps, ids, strict=True):
         negatives = queue.negatives(batch_ids)
-        losses.append(float(loss(z1, z2, negatives=negatives).loss if negatives is not None else loss(z1, z2).loss))
+        losses.append(float(loss(z1, z2, extra=negatives).loss if negatives is not None else loss(z1, z2).loss))
         queue.enqueue(eval_z, batch_ids)
     return losses, queue.queue
 

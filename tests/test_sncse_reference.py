@@ -103,7 +103,7 @@ def sentemb_rows(overrides: list[str], model: str, negations: Path, tmp_path: Pa
     torch.manual_seed(0)
     module = SentembModule.from_config(cfg)
     tokenizer = module.encoder.tokenizer
-    views = SoftNegatives.from_config(resolved_container(cfg.auxiliary))
+    views = SoftNegatives.from_config(resolved_container(cfg.auxiliary.sncse))
     columns = encode_views(SENTENCES, range(len(SENTENCES)), tokenizer, MAX_LENGTH, soft_negatives=views)
     batch = ViewCollator(tokenizer)([{k: v[i] for k, v in columns.items()} for i in range(len(SENTENCES))])
     rows = module.encoder.pooling.training_batch(dict(batch), tokenizer)
