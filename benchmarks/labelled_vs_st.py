@@ -4,7 +4,7 @@ SimCSE on SICK's NLI triplets against unsupervised SimCSE from the same start.
 Part 1, two jobs, each trained by sentemb and by SentenceTransformerTrainer from the packaged all-MiniLM-L6-v2 with
 mean pooling, 128 tokens, 1 epoch, batch 16, AdamW lr 2e-5 with weight decay 0.01, 10% linear warmup, gradient norm
 clipped at 1, seed 42, the final weights scored:
-  (a) STS-B train's scored pairs with CoSENT (scale 20) — sentemb's `experiment=cosent_minilm`;
+  (a) STS-B train's scored pairs with CoSENT (scale 20) — sentemb's `experiment=labelled/cosent_minilm`;
   (b) MRPC train's paraphrase pairs with InfoNCE at τ 0.05 — sentence-transformers' MultipleNegativesRankingLoss at
       scale 20 (the same loss: cross-entropy of 20·cos over the batch's positives).
 Both models' STS-B test cosines are scored by the same code: Spearman ×100 with its 95% bootstrap interval, and the
@@ -12,7 +12,7 @@ paired bootstrap of the difference (the same resamples of the test pairs for bot
 from a batch's start to its end (forward, backward, optimizer step) over all steps, each trainer timed by its own
 callback, in this process, one after the other: their ratio is sentemb / sentence-transformers.
 
-Part 2: `experiment=sup_simcse_minilm` (SICK NLI triplets) against the same recipe on unlabelled wiki lines
+Part 2: `experiment=labelled/sup_simcse_minilm` (SICK NLI triplets) against the same recipe on unlabelled wiki lines
 (unsupervised SimCSE: `data=wiki`, the same steps), seeds 1-3, STS-B and SICK-R test: each mean with its t interval
 over the seeds and the paired t-test over the seeds (SICK-R is in-domain for the supervised runs).
 
@@ -55,7 +55,7 @@ MINILM = ["pooling=mean", "data.batch_size=16", "data.max_length=128", "optimize
 # no dev evaluation while training (the final weights are scored), CSV logs, STS-B test after training
 RUN = ["callbacks=none", "logger=csv", "eval.at_start=false", "eval.every_n_steps=100000"]
 JOBS = {
-    "(a) STS-B train, CoSENT": (["experiment=cosent_minilm"], "stsb_train"),
+    "(a) STS-B train, CoSENT": (["experiment=labelled/cosent_minilm"], "stsb_train"),
     "(b) MRPC pairs, InfoNCE τ 0.05 = MNRL scale 20": (["data=mrpc", "loss=infonce", "loss.tau=0.05", *MINILM], "mrpc"),
 }
 
@@ -176,9 +176,9 @@ def part2(out: Path, seeds: list[int]) -> list[str]:
         -len(read_labelled({"source": "sick_nli", "path": str(resolve_data_root() / "senteval" / "downstream")})) // 16
     )
     variants = {
-        "supervised SimCSE (sup_simcse_minilm, data=sick_nli)": ["experiment=sup_simcse_minilm"],
+        "supervised SimCSE (labelled/sup_simcse_minilm, data=sick_nli)": ["experiment=labelled/sup_simcse_minilm"],
         "unsupervised SimCSE (the same recipe, data=wiki)": [
-            "experiment=sup_simcse_minilm", "data=wiki", "data.batch_size=16", "data.max_length=128",
+            "experiment=labelled/sup_simcse_minilm", "data=wiki", "data.batch_size=16", "data.max_length=128",
             f"trainer.max_steps={sup_steps}",
         ],
     }  # fmt: skip

@@ -4,8 +4,8 @@ SimCSE's measured in the same run. `--table focal`: Focal-InfoNCE's Table 3 inst
 with InfoNCE and with Focal-InfoNCE), with the alignment and uniformity of each run's kept checkpoint besides.
 
 Every run is `train(cfg)` (sentemb.train) in this one process, composed as `python -m sentemb.train
-experiment=simcse_minilm <method's overrides> <common overrides>` would be, in the order seed by seed, each seed's
-methods in turn (a run cut short still leaves whole seeds). Shared by every method (experiment=simcse_minilm):
+experiment=simcse/minilm <method's overrides> <common overrides>` would be, in the order seed by seed, each seed's
+methods in turn (a run cut short still leaves whole seeds). Shared by every method (experiment=simcse/minilm):
 MiniLM, batch 64, lr 3e-5, CLS + MLP (train only), InfoNCE τ 0.05, one epoch, STS-B dev every 125 steps keeping the
 best checkpoint; only the method's own overrides differ, with two exceptions stated in the report: SNCSE's prompt
 pooling, and HiCL's training length data.max_length=512 (conf/pooling/hicl.yaml's own, which the experiment's 32
@@ -84,7 +84,7 @@ from sentemb.common.metric_names import (  # noqa: E402
 from sentemb.common.paths import CONF_DIR, resolve_data_root  # noqa: E402
 from sentemb.eval.significance import holm, paired_t_test, t_interval  # noqa: E402
 
-EXPERIMENT = "experiment=simcse_minilm"
+EXPERIMENT = "experiment=simcse/minilm"
 ANCHOR = "simcse"
 SNCSE_TEMPLATE = 'This sentence of "[X]" means [MASK] .'
 POSITIVE_TEMPLATE = f"pooling.positive_template='{SNCSE_TEMPLATE}'"
@@ -100,7 +100,7 @@ METHODS: dict[str, list[str]] = {
     "hicl_sncse": [*HICL, "pooling.prompt=true", POSITIVE_TEMPLATE, *SNCSE],
 }
 NOTES = [
-    "Shared by every method (experiment=simcse_minilm): all-MiniLM-L6-v2, batch 64, lr 3e-5, data.max_length 32, "
+    "Shared by every method (experiment=simcse/minilm): all-MiniLM-L6-v2, batch 64, lr 3e-5, data.max_length 32, "
     "CLS + MLP (training only), InfoNCE τ 0.05, one epoch of the wiki sample, STS-B dev every 125 steps (the best "
     "checkpoint kept and scored on STS-B test); only each method's own overrides differ.",
     "ESimCSE: word repetition dup_rate 0.32 and the momentum encoder's queue of 160 negatives (2.5 x batch).",
@@ -108,11 +108,11 @@ NOTES = [
     "BERT-like model, SNCSE's BERT setting); the negations come from auxiliary.sncse.source=rule, sentemb's offline "
     "parser-free approximation of SNCSE's rule, not SNCSE's spaCy-parsed negations.",
     "HiCL: slices of 32 tokens, α = 0.05, at HiCL's own training length data.max_length=512 (conf/pooling/hicl.yaml's; "
-    "set explicitly, since experiment=simcse_minilm composes after the pooling and would set 32); hicl_sncse uses "
+    "set explicitly, since experiment=simcse/minilm composes after the pooling and would set 32); hicl_sncse uses "
     "HiCL's prompt on every slice with SNCSE's positive template.",
 ]
 # Focal-InfoNCE's Table 3 (BERT-base in the paper; here MiniLM, an uncased BERT-like model, with BERT-base's values)
-FOCAL = ["loss=focal", "loss.tau=0.07", "loss.m=0.3"]  # Focal-InfoNCE Table 1, BERT-base (experiment=focal_bert_base)
+FOCAL = ["loss=focal", "loss.tau=0.07", "loss.m=0.3"]  # Focal-InfoNCE Table 1, BERT-base (experiment=focal/bert_base)
 # DiffCSE's BERT values (run_diffcse.sh) with the offline generator: each selected token replaced by a uniform draw
 DIFFCSE = ["head=diffcse", "pooling.mlp=none", "head.generator=uniform", "head.masking_ratio=0.3", "head.weight=0.005"]
 # DCLR's BERT-base values (run.sh) with the offline complementary model: a frozen copy of the starting encoder
@@ -624,7 +624,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.skip_steps} step(s) and the dev-evaluation steps left out; iteration: median time between step "
             "ends (with data loading); ×SimCSE: median over seeds of the ratio to SimCSE's median of the same seed.",
             "",
-            "| method | overrides (after experiment=simcse_minilm) |",
+            "| method | overrides (after experiment=simcse/minilm) |",
             "|---|---|",
             *[f"| {m} | `{' '.join(TABLES[args.table][m]) or '(none)'}` |" for m in methods],
         ]

@@ -17,7 +17,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
-from sentemb.common.command_line import checked_command_line
+from sentemb.common.command_line import checked_train_command_line
 from sentemb.common.hydra_plumbing import instantiate_checked, resolved_container
 from sentemb.common.paths import CONF_DIR
 from sentemb.common.process import configure_process
@@ -68,7 +68,7 @@ def train(cfg: DictConfig, before_build: Callable[[DictConfig], None] | None = N
     return metrics
 
 
-@checked_command_line  # an unquoted non-ASCII override: named with its fix, before Hydra's lexer
+@checked_train_command_line  # an unquoted non-ASCII override, a preset's old flat name: each with its fix
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
 def main(cfg: DictConfig) -> float | None:
     """One job. Its outcome goes to `metrics.json`; in a sweep a failed or diverged job never stops the others."""

@@ -183,7 +183,7 @@ def test_each_method_composes_with_its_own_settings_and_the_shared_ones(method, 
     else:
         assert cfg.get("auxiliary") is None
     assert list(cfg.callbacks)[0] == "step_clock" and cfg.callbacks.get("last_checkpoint") is None
-    assert compose_train(["experiment=simcse_minilm", "pooling=hicl"]).data.max_length == 32  # why HiCL's is set
+    assert compose_train(["experiment=simcse/minilm", "pooling=hicl"]).data.max_length == 32  # why HiCL's is set
 
 
 @pytest.mark.parametrize("method", list(script.FOCAL_METHODS))

@@ -16,7 +16,12 @@ GROUPS = [
     *("model", "pooling", "loss", "data", "trainer", "callbacks", "logger", "eval"),
     *("experiment", "hparams_search", "launcher"),
 ]
-OPTIONS = [(group, path.stem) for group in GROUPS for path in sorted((CONF_DIR / group).glob("*.yaml"))]
+# an option is its YAML file's path under the group, folders included (`experiment=sncse/tiny`)
+OPTIONS = [
+    (group, path.relative_to(CONF_DIR / group).with_suffix("").as_posix())
+    for group in GROUPS
+    for path in sorted((CONF_DIR / group).rglob("*.yaml"))
+]
 
 
 def test_every_group_has_options():
@@ -69,7 +74,7 @@ def test_wandb_goes_online_when_configured(tmp_path, monkeypatch):
 
 
 def test_experiment_overrides_reach_the_config(tmp_path):
-    cfg = compose_train(["experiment=simcse_roberta_base"], tmp_path)
+    cfg = compose_train(["experiment=simcse/roberta_base"], tmp_path)
     assert cfg.model.name_or_path == "roberta-base"
     assert cfg.data.batch_size == 512 and cfg.optimizer.lr == 1e-5  # a YAML value read back: the same float
 
@@ -90,23 +95,23 @@ def test_cli_prints_a_config_naming_every_group(cli, capsys):
 
 PAPER_PRESETS = {
     # experiment: (model, batch, lr, loss, {field: value}) as printed in the papers
-    "paradigm_baseline": ("bert-base", 128, 1e-5, "Paradigm", {"gd": "margin", "w": "softmax", "r": 1.0, "m": 0.30}),
-    "paradigm_table6_mmhe": ("bert-base", 128, 1e-5, "ModifiedMHE", {"m": 0.30, "tau": 0.05, "r": 1.75}),
-    "paradigm_table6_mmhs": ("bert-base", 128, 1e-5, "ModifiedMHS", {"m": 0.30, "r": 1.75}),
-    "paradigm_table6_mbarlow": ("bert-base", 128, 1e-5, "ModifiedBarlowTwins", {"m": 0.30, "tau": 0.05, "r": 1.50}),
-    "paradigm_table6_mvicreg": ("bert-base", 128, 1e-5, "ModifiedVICReg", {"m": 0.30, "tau": 0.05, "r": 1.50}),
-    "paradigm_table7_mmhe": ("roberta-base", 512, 1e-5, "ModifiedMHE", {"m": 0.30, "tau": 0.05, "r": 1.25}),
-    "paradigm_table7_mmhs": ("roberta-base", 512, 1e-5, "ModifiedMHS", {"m": 0.27, "r": 1.00}),
-    "paradigm_table7_mbarlow": ("roberta-base", 512, 1e-5, "ModifiedBarlowTwins", {"m": 0.37, "tau": 0.05, "r": 1.25}),
-    "paradigm_table7_mvicreg": ("roberta-base", 512, 1e-5, "ModifiedVICReg", {"m": 0.37, "tau": 0.05, "r": 1.25}),
-    "paradigm_table5_barlow_original": ("bert-base", 128, 1e-5, "BarlowTwins", {"gd": "none"}),
-    "paradigm_table5_barlow_gd": ("bert-base", 128, 1e-5, "BarlowTwins", {"gd": "margin", "m": 0.30}),
-    "paradigm_table5_barlow_w": ("bert-base", 128, 1e-5, "ModifiedBarlowTwins", {"r": "original"}),
-    "paradigm_table5_align_mhs_r": ("bert-base", 128, 1e-5, "ModifiedMHS", {"r": 1.75}),
-    "focal_bert_base": ("bert-base", 64, 3e-5, "FocalInfoNCE", {"m": 0.3, "tau": 0.07}),
-    "focal_bert_large": ("bert-large", 64, 1e-5, "FocalInfoNCE", {"m": 0.3}),
-    "focal_roberta_base": ("roberta-base", 512, 1e-5, "FocalInfoNCE", {"m": 0.3, "tau": 0.05}),
-    "focal_roberta_large": ("roberta-large", 512, 3e-5, "FocalInfoNCE", {"m": 0.3}),
+    "paradigm/baseline": ("bert-base", 128, 1e-5, "Paradigm", {"gd": "margin", "w": "softmax", "r": 1.0, "m": 0.30}),
+    "paradigm/table6_mmhe": ("bert-base", 128, 1e-5, "ModifiedMHE", {"m": 0.30, "tau": 0.05, "r": 1.75}),
+    "paradigm/table6_mmhs": ("bert-base", 128, 1e-5, "ModifiedMHS", {"m": 0.30, "r": 1.75}),
+    "paradigm/table6_mbarlow": ("bert-base", 128, 1e-5, "ModifiedBarlowTwins", {"m": 0.30, "tau": 0.05, "r": 1.50}),
+    "paradigm/table6_mvicreg": ("bert-base", 128, 1e-5, "ModifiedVICReg", {"m": 0.30, "tau": 0.05, "r": 1.50}),
+    "paradigm/table7_mmhe": ("roberta-base", 512, 1e-5, "ModifiedMHE", {"m": 0.30, "tau": 0.05, "r": 1.25}),
+    "paradigm/table7_mmhs": ("roberta-base", 512, 1e-5, "ModifiedMHS", {"m": 0.27, "r": 1.00}),
+    "paradigm/table7_mbarlow": ("roberta-base", 512, 1e-5, "ModifiedBarlowTwins", {"m": 0.37, "tau": 0.05, "r": 1.25}),
+    "paradigm/table7_mvicreg": ("roberta-base", 512, 1e-5, "ModifiedVICReg", {"m": 0.37, "tau": 0.05, "r": 1.25}),
+    "paradigm/table5_barlow_original": ("bert-base", 128, 1e-5, "BarlowTwins", {"gd": "none"}),
+    "paradigm/table5_barlow_gd": ("bert-base", 128, 1e-5, "BarlowTwins", {"gd": "margin", "m": 0.30}),
+    "paradigm/table5_barlow_w": ("bert-base", 128, 1e-5, "ModifiedBarlowTwins", {"r": "original"}),
+    "paradigm/table5_align_mhs_r": ("bert-base", 128, 1e-5, "ModifiedMHS", {"r": 1.75}),
+    "focal/bert_base": ("bert-base", 64, 3e-5, "FocalInfoNCE", {"m": 0.3, "tau": 0.07}),
+    "focal/bert_large": ("bert-large", 64, 1e-5, "FocalInfoNCE", {"m": 0.3}),
+    "focal/roberta_base": ("roberta-base", 512, 1e-5, "FocalInfoNCE", {"m": 0.3, "tau": 0.05}),
+    "focal/roberta_large": ("roberta-large", 512, 3e-5, "FocalInfoNCE", {"m": 0.3}),
 }
 
 
@@ -125,40 +130,40 @@ def test_paper_presets_hold_the_papers_settings(experiment, tmp_path):
 # experiment: (script of BDBC-KG-NLP/UnderstandingCSE, model, batch, lr, seed, eval steps, loss, its parameters) as
 # the scripts write them: lambda → nu (nu1 for VICReg), temp → tau, ratio → r
 REFERENCE_PRESETS = {
-    "paradigm_reference_barlow_bert": ("bert/barlowtwins", "bert-base", 128, 1e-5, 42, 125, "BarlowTwins",
+    "paradigm/reference_barlow_bert": ("bert/barlowtwins", "bert-base", 128, 1e-5, 42, 125, "BarlowTwins",
                                        {"nu": 30.0}),
-    "paradigm_reference_mbarlow_bert": ("bert/m_barlowtwins", "bert-base", 128, 1e-5, 42, 125, "ModifiedBarlowTwins",
+    "paradigm/reference_mbarlow_bert": ("bert/m_barlowtwins", "bert-base", 128, 1e-5, 42, 125, "ModifiedBarlowTwins",
                                         {"nu": 1.0, "m": 0.30, "tau": 0.05, "r": 1.50}),
-    "paradigm_reference_align_mhe_bert": ("bert/mhe", "bert-base", 128, 1e-5, 42, 125, "AlignMHE", {"nu": 10.0}),
-    "paradigm_reference_mmhe_bert": ("bert/m_mhe", "bert-base", 128, 1e-5, 42, 125, "ModifiedMHE",
+    "paradigm/reference_align_mhe_bert": ("bert/mhe", "bert-base", 128, 1e-5, 42, 125, "AlignMHE", {"nu": 10.0}),
+    "paradigm/reference_mmhe_bert": ("bert/m_mhe", "bert-base", 128, 1e-5, 42, 125, "ModifiedMHE",
                                      {"nu": 1.0, "m": 0.30, "tau": 0.05, "r": 1.75}),
-    "paradigm_reference_align_mhs_bert": ("bert/mhs", "bert-base", 128, 5e-6, 42, 125, "AlignMHS", {"nu": 1.0}),
-    "paradigm_reference_mmhs_bert": ("bert/m_mhs", "bert-base", 128, 1e-5, 42, 125, "ModifiedMHS",
+    "paradigm/reference_align_mhs_bert": ("bert/mhs", "bert-base", 128, 5e-6, 42, 125, "AlignMHS", {"nu": 1.0}),
+    "paradigm/reference_mmhs_bert": ("bert/m_mhs", "bert-base", 128, 1e-5, 42, 125, "ModifiedMHS",
                                      {"nu": 1.0, "m": 0.30, "r": 1.75}),
-    "paradigm_reference_vicreg_bert": ("bert/vicreg", "bert-base", 128, 1e-5, 42, 125, "VICReg", {"nu1": 30.0}),
-    "paradigm_reference_mvicreg_bert": ("bert/m_vicreg", "bert-base", 128, 1e-5, 42, 125, "ModifiedVICReg",
+    "paradigm/reference_vicreg_bert": ("bert/vicreg", "bert-base", 128, 1e-5, 42, 125, "VICReg", {"nu1": 30.0}),
+    "paradigm/reference_mvicreg_bert": ("bert/m_vicreg", "bert-base", 128, 1e-5, 42, 125, "ModifiedVICReg",
                                         {"nu": 1.0, "m": 0.30, "tau": 0.05, "r": 1.50}),
-    "paradigm_reference_barlow_roberta": ("roberta/barlowtwins", "roberta-base", 512, 1e-6, 42, 50, "BarlowTwins",
+    "paradigm/reference_barlow_roberta": ("roberta/barlowtwins", "roberta-base", 512, 1e-6, 42, 50, "BarlowTwins",
                                           {"nu": 30.0}),
-    "paradigm_reference_mbarlow_roberta": ("roberta/m_barlowtwins", "roberta-base", 512, 1e-5, 42, 50,
+    "paradigm/reference_mbarlow_roberta": ("roberta/m_barlowtwins", "roberta-base", 512, 1e-5, 42, 50,
                                            "ModifiedBarlowTwins", {"nu": 1.0, "m": 0.37, "tau": 0.05, "r": 1.25}),
-    "paradigm_reference_align_mhe_roberta": ("roberta/mhe", "roberta-base", 512, 1e-6, 42, 50, "AlignMHE",
+    "paradigm/reference_align_mhe_roberta": ("roberta/mhe", "roberta-base", 512, 1e-6, 42, 50, "AlignMHE",
                                              {"nu": 10.0}),
-    "paradigm_reference_mmhe_roberta": ("roberta/m_mhe", "roberta-base", 512, 1e-5, 42, 50, "ModifiedMHE",
+    "paradigm/reference_mmhe_roberta": ("roberta/m_mhe", "roberta-base", 512, 1e-5, 42, 50, "ModifiedMHE",
                                         {"nu": 1.0, "m": 0.30, "tau": 0.05, "r": 1.25}),
-    "paradigm_reference_align_mhs_roberta": ("roberta/mhs", "roberta-base", 512, 1e-6, 4, 50, "AlignMHS", {"nu": 1.0}),
-    "paradigm_reference_mmhs_roberta": ("roberta/m_mhs", "roberta-base", 512, 1e-5, 42, 50, "ModifiedMHS",
+    "paradigm/reference_align_mhs_roberta": ("roberta/mhs", "roberta-base", 512, 1e-6, 4, 50, "AlignMHS", {"nu": 1.0}),
+    "paradigm/reference_mmhs_roberta": ("roberta/m_mhs", "roberta-base", 512, 1e-5, 42, 50, "ModifiedMHS",
                                         {"nu": 1.0, "m": 0.27, "r": 1.00}),
-    "paradigm_reference_vicreg_roberta": ("roberta/vicreg", "roberta-base", 512, 1e-6, 42, 50, "VICReg", {"nu1": 30.0}),
-    "paradigm_reference_mvicreg_roberta": ("roberta/m_vicreg", "roberta-base", 512, 1e-5, 42, 50, "ModifiedVICReg",
+    "paradigm/reference_vicreg_roberta": ("roberta/vicreg", "roberta-base", 512, 1e-6, 42, 50, "VICReg", {"nu1": 30.0}),
+    "paradigm/reference_mvicreg_roberta": ("roberta/m_vicreg", "roberta-base", 512, 1e-5, 42, 50, "ModifiedVICReg",
                                            {"nu": 1.0, "m": 0.37, "tau": 0.05, "r": 1.25}),
-    "paradigm_reference_paradigm_bert": ("empirical/{gd,r,w}", "bert-base", 128, 1e-5, 42, 125, "Paradigm",
+    "paradigm/reference_paradigm_bert": ("empirical/{gd,r,w}", "bert-base", 128, 1e-5, 42, 125, "Paradigm",
                                          {"gd": "margin", "w": "softmax", "m": 0.30, "tau": 0.05, "r": 1.0}),
 }  # fmt: skip
 
 
 def test_every_application_script_has_a_reference_preset():
-    presets = {p.stem for p in (CONF_DIR / "experiment").glob("paradigm_reference_*.yaml")}
+    presets = {f"paradigm/{p.stem}" for p in (CONF_DIR / "experiment" / "paradigm").glob("reference_*.yaml")}
     assert presets == set(REFERENCE_PRESETS)
     scripts = {script for script, *_ in REFERENCE_PRESETS.values()}
     for backbone in ("bert", "roberta"):  # the 8 scripts of scripts/application/<backbone>/
@@ -186,7 +191,9 @@ def test_reference_presets_hold_the_scripts_settings_and_recipe(experiment, tmp_
         assert getattr(loss, field) == value, field
 
 
-@pytest.mark.parametrize("experiment", sorted(p.stem for p in (CONF_DIR / "experiment").glob("paradigm_table5_*.yaml")))
+@pytest.mark.parametrize(
+    "experiment", sorted(f"paradigm/{p.stem}" for p in (CONF_DIR / "experiment" / "paradigm").glob("table5_*.yaml"))
+)
 def test_every_table5_stage_instantiates(experiment, tmp_path):
     import torch
 

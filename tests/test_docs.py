@@ -332,20 +332,26 @@ def doc_overrides(pages: list[Path] = PAGES, root: Path = PROJECT_ROOT) -> list[
 
 
 def options(word: str) -> list[str]:
-    """`experiment=simcse_<backbone>`, `experiment=esimcse_*` or `loss=<name>`: the first option of the group the
+    """`experiment=simcse/<backbone>`, `experiment=esimcse/*` or `loss=<name>`: the first option of the group the
     pattern matches (each preset is composed by its own tests; here: the family exists and composes), or the word as
     written when none matches (to fail); any other word as it is."""
     group, _, option = word.partition("=")
     if not (CONF_DIR / group).is_dir() or not re.search(r"<[^<>]*>|\*", option):
         return [word]
     pattern = PLACEHOLDER.sub("*", option)
-    matches = [f"{group}={p.stem}" for p in sorted((CONF_DIR / group).glob("*.yaml")) if fnmatch(p.stem, pattern)]
+    matches = [f"{group}={name}" for name in group_options(group) if fnmatch(name, pattern)]
     return matches[:1] or [word]
+
+
+def group_options(group: str) -> list[str]:
+    """A config group's options: its YAML files' paths under it, folders included (`sncse/tiny`)."""
+    folder = CONF_DIR / group
+    return sorted(p.relative_to(folder).with_suffix("").as_posix() for p in folder.rglob("*.yaml"))
 
 
 def alternatives(text: str) -> list[str]:
     """`pooling.mlp=train|always|none` → one override line per alternative (`\\|`: a `|` escaped in a table; a `|`
-    inside a `<placeholder>` is part of it), and a group's family (`experiment=focal_<backbone>`) as one option."""
+    inside a `<placeholder>` is part of it), and a group's family (`experiment=focal/<backbone>`) as one option."""
     per_word = []
     for word in text.replace("\\|", "|").split():
         key, _, value = word.partition("=")
@@ -362,7 +368,7 @@ def group_contexts(text: str) -> list[str]:
         group = next((g for prefix, g in GROUP_OF.items() if key.startswith(prefix + ".")), key.split(".")[0])
         if "." in key and (CONF_DIR / group).is_dir():
             groups.add(group)
-    return [f"{g}={p.stem}" for g in sorted(groups) for p in sorted((CONF_DIR / g).glob("*.yaml"))]
+    return [f"{g}={option}" for g in sorted(groups) for option in group_options(g)]
 
 
 def override_errors(text: str) -> list[str]:
@@ -532,7 +538,7 @@ def test_overrides_are_found_in_inline_code_and_tables(tmp_path):
         (6, "trainer=ddp trainer.devices=4"),
     ]
     assert alternatives("pooling.mlp=train\\|none seed=1") == ["pooling.mlp=train seed=1", "pooling.mlp=none seed=1"]
-    assert alternatives("experiment=cosent_minilm_<size>") == ["experiment=cosent_minilm_tiny"]
+    assert alternatives("experiment=labelled/cosent_minilm_<size>") == ["experiment=labelled/cosent_minilm_tiny"]
     assert alternatives("experiment=<bert|roberta>_x") == ["experiment=<bert|roberta>_x"]  # one word, no match
     assert alternatives("experiment=nosuch_<x>") == ["experiment=nosuch_<x>"]
 

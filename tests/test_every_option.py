@@ -252,7 +252,7 @@ def test_every_group_and_option_is_enumerated(tmp_path):
     assert visited | MACHINE_GROUPS == set(GROUPS), f"groups with no option: {set(GROUPS) - visited}"
     listed = {"model", "data", "pooling", "head", "loss", "trainer", "callbacks", "logger", "eval", "experiment"}
     assert listed | {"hparams_search", "launcher", "paths"} <= visited
-    assert "experiment=paradigm_reference/bert" in IDS, "nested options are found"
+    assert "experiment=paradigm/reference/bert" in IDS, "nested options are found"
     assert len(IDS) == len(set(IDS))
 
 

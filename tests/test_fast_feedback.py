@@ -55,6 +55,11 @@ def test_a_mistyped_key_is_answered_without_torch(tmp_path):
     assert_fast_refusal("train", ["loss.taux=1"], tmp_path, "Key 'taux' is not in struct")
 
 
+def test_a_presets_old_flat_name_is_answered_with_its_new_one_without_torch(tmp_path):
+    expected = "experiment=sncse_tiny is now experiment=sncse/tiny (presets are grouped in folders by the paper"
+    assert_fast_refusal("train", ["experiment=sncse_tiny", "logger=csv"], tmp_path, expected)
+
+
 def test_a_seed_that_is_not_whole_is_answered_without_torch(tmp_path):
     assert_fast_refusal("train", ["seed=1.5"], tmp_path, "seed=1.5 is not a seed")
 

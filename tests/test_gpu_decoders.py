@@ -48,7 +48,7 @@ SHAPE = (
     if ON_CUDA
     else []
 )
-# the LLM2Vec presets' setup (conf/experiment/llm2vec_*.yaml): bidirectional, LoRA r16 on every linear layer over a
+# the LLM2Vec presets' setup (conf/experiment/llm2vec/*.yaml): bidirectional, LoRA r16 on every linear layer over a
 # base loaded in bf16 (the adapter in float32: peft's default); mean pooling, so the adapter is all that trains
 DECODER = [
     "model=tiny-qwen3",

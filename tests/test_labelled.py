@@ -336,15 +336,16 @@ def test_training_on_sick_nli_says_its_sick_scores_are_in_domain(tmp_path, small
 
 
 TINY_PRESETS = {  # the data each preset trains on
-    "cosent_minilm_tiny": "stsb_train",
-    "angle_minilm_tiny": "stsb_train",
-    "sup_simcse_minilm_tiny": "sick_nli",
-    "sup_simcse_bert_base_tiny": "nli",
+    "labelled/cosent_minilm_tiny": "stsb_train",
+    "labelled/angle_minilm_tiny": "stsb_train",
+    "labelled/sup_simcse_minilm_tiny": "sick_nli",
+    "labelled/sup_simcse_bert_base_tiny": "nli",
 }
 
 
 @pytest.mark.parametrize(
-    "preset", [p if p == "cosent_minilm_tiny" else pytest.param(p, marks=pytest.mark.slow) for p in TINY_PRESETS]
+    "preset",
+    [p if p == "labelled/cosent_minilm_tiny" else pytest.param(p, marks=pytest.mark.slow) for p in TINY_PRESETS],
 )
 def test_every_labelled_tiny_preset_trains(preset, tmp_path, data_root, small_stsb):
     extra = []

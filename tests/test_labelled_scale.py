@@ -95,7 +95,7 @@ def test_a_labelled_run_resumes_exactly(tmp_path, data_root, small_stsb):
 
 @pytest.mark.slow  # a real run each
 @pytest.mark.parametrize(
-    "preset", ["negatives=momentum", "experiment=hicl_simcse_tiny", "negatives=dclr negatives.complementary=initial"]
+    "preset", ["negatives=momentum", "experiment=hicl/simcse_tiny", "negatives=dclr negatives.complementary=initial"]
 )
 def test_labelled_triplets_train_with_a_queue_hicl_and_dclr(preset, triplets, tmp_path, data_root, small_stsb):
     rows = [[a, b, stsb_rows(data_root, 40)[(i + 5) % 40][0]] for i, (a, b, _) in enumerate(stsb_rows(data_root, 40))]

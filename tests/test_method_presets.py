@@ -1,6 +1,6 @@
-"""The ESimCSE, SNCSE, HiCL, SARCSE, DiffCSE and DCLR presets (conf/experiment/), Focal-InfoNCE on DiffCSE and DCLR
-(its Table 3), and HiCL's tuning searches (conf/hparams_search/hicl_table13*.yaml) compose and hold the values their
-papers and released scripts give (docs/methods.md).
+"""The ESimCSE, SNCSE, HiCL, SARCSE, DiffCSE and DCLR presets (conf/experiment/<method>/), Focal-InfoNCE on DiffCSE and
+DCLR (its Table 3), and HiCL's tuning searches (conf/hparams_search/hicl_table13*.yaml) compose and hold the values
+their papers and released scripts give (docs/methods.md).
 
 Composition only: nothing trains here (the tiny presets run through the Trainer in their own tests)."""
 
@@ -65,10 +65,10 @@ for _bb, _hub in BACKBONES.items():
 SARCSE = {bb: row(BACKBONES[bb], 64, 1e-5, FP32, "cls", head="sarcse") for bb in ("roberta_base", "roberta_large")}
 
 PRESETS = {
-    **{f"esimcse_{bb}": values for bb, values in ESIMCSE.items()},
-    **{f"sncse_{bb}": values for bb, values in SNCSE.items()},
-    **{f"hicl_{name}": values for name, values in HICL.items()},
-    **{f"sarcse_{bb}": values for bb, values in SARCSE.items()},
+    **{f"esimcse/{bb}": values for bb, values in ESIMCSE.items()},
+    **{f"sncse/{bb}": values for bb, values in SNCSE.items()},
+    **{f"hicl/{name}": values for name, values in HICL.items()},
+    **{f"sarcse/{bb}": values for bb, values in SARCSE.items()},
 }
 # DiffCSE's run_diffcse.sh (bert-base only, docs/methods.md#diffcse): lr, batch, masking ratio, λ, epochs, generator,
 # fp16; RoBERTa's lr, masking ratio and λ *unverified*, its batch and epochs not found (BERT's kept)
@@ -94,31 +94,33 @@ DCLR = {
     "roberta_large": {"model": "princeton-nlp/unsup-simcse-roberta-large", "batch": 256, "lr": 1e-5, "epochs": 1,
                       "phi": 0.85, "noise_times": 5, "complementary": SIMCSE_ROBERTA},
 }  # fmt: skip
-# Focal-InfoNCE's Table 3 gives no m or τ per method: its Table 1 values per backbone (experiment=focal_<backbone>)
+# Focal-InfoNCE's Table 3 gives no m or τ per method: its Table 1 values per backbone (experiment=focal/<backbone>)
 FOCAL = {"bert_base": (0.07, 0.3), "roberta_base": (0.05, 0.3)}
-FOCAL_ON = {f"focal_{method}_{bb}": (method, bb) for method in ("diffcse", "dclr") for bb in FOCAL}
+FOCAL_ON = {f"focal/{method}_{bb}": (method, bb) for method in ("diffcse", "dclr") for bb in FOCAL}
 DIFFCSE_DCLR = {
-    **{f"diffcse_{bb}": values for bb, values in DIFFCSE.items()},
-    **{f"dclr_{bb}": values for bb, values in DCLR.items()},
+    **{f"diffcse/{bb}": values for bb, values in DIFFCSE.items()},
+    **{f"dclr/{bb}": values for bb, values in DCLR.items()},
 }
 # each tiny preset: the base preset it runs at toy size, and the model it runs on
 TINY = {
-    "esimcse_tiny": ("esimcse_bert_base", "tiny"),
-    "sncse_tiny": ("sncse_bert_base", "tiny"),
-    "hicl_simcse_tiny": ("hicl_simcse_bert_base", "tiny"),
-    "hicl_esimcse_tiny": ("hicl_esimcse_bert_base", "tiny"),
-    "hicl_sncse_tiny": ("hicl_sncse_bert_base", "tiny"),
-    "sarcse_tiny": ("sarcse_roberta_base", "tiny-roberta"),
-    "diffcse_tiny": ("diffcse_bert_base", "tiny"),
-    "focal_diffcse_tiny": ("focal_diffcse_bert_base", "tiny"),
-    "dclr_tiny": ("dclr_bert_base", "tiny"),
-    "focal_dclr_tiny": ("focal_dclr_bert_base", "tiny"),
+    "esimcse/tiny": ("esimcse/bert_base", "tiny"),
+    "sncse/tiny": ("sncse/bert_base", "tiny"),
+    "hicl/simcse_tiny": ("hicl/simcse_bert_base", "tiny"),
+    "hicl/esimcse_tiny": ("hicl/esimcse_bert_base", "tiny"),
+    "hicl/sncse_tiny": ("hicl/sncse_bert_base", "tiny"),
+    "sarcse/tiny": ("sarcse/roberta_base", "tiny-roberta"),
+    "diffcse/tiny": ("diffcse/bert_base", "tiny"),
+    "focal/diffcse_tiny": ("focal/diffcse_bert_base", "tiny"),
+    "dclr/tiny": ("dclr/bert_base", "tiny"),
+    "focal/dclr_tiny": ("focal/dclr_bert_base", "tiny"),
 }
 # what a tiny preset may change in its base preset: the model, the run's size, CPU precision, the queue's length
 TINY_CHANGES = {"task_name", "data.batch_size", "negatives.queue_size", "trainer.precision", "trainer.max_steps"}
 TINY_CHANGES |= {"eval.every_n_steps", "auxiliary.sncse.source"}
 TINY_CHANGES |= {"head.generator", "negatives.complementary"}  # DiffCSE's and DCLR's offline stand-ins
-METHOD_PREFIXES = ("esimcse_", "sncse_", "hicl_", "sarcse_", "diffcse_", "dclr_", "focal_diffcse_", "focal_dclr_")
+# the methods' folders of conf/experiment/, and focal/'s presets on them
+METHOD_FOLDERS = ("esimcse", "sncse", "hicl", "sarcse", "diffcse", "dclr")
+FOCAL_ON_PREFIXES = ("focal/diffcse_", "focal/dclr_")
 # HiCL A.4: stage 1's α grid, stage 2's learning rates per method
 ALPHAS = [0.01, 0.05, 0.15]
 LR_GRIDS = {"simcse": [5e-6, 1e-5, 3e-5, 5e-5], "esimcse": [5e-6, 1e-5, 3e-5], "sncse": [5e-6, 1e-5]}
@@ -126,6 +128,17 @@ LR_GRIDS = {"simcse": [5e-6, 1e-5, 3e-5, 5e-5], "esimcse": [5e-6, 1e-5, 3e-5], "
 
 def choice(cfg: DictConfig, group: str) -> str | None:
     return cfg.hydra.runtime.choices.get(group)
+
+
+def run_folder(preset: str) -> str:
+    """A preset's task_name: its name from before the presets moved into folders (`sncse/tiny` → `sncse_tiny`)."""
+    return preset.replace("/", "_")
+
+
+def preset_names() -> set[str]:
+    """Every preset under conf/experiment/, as `experiment=` names it (`sncse/tiny`)."""
+    folder = CONF_DIR / "experiment"
+    return {p.relative_to(folder).with_suffix("").as_posix() for p in folder.rglob("*.yaml")}
 
 
 def flat(cfg: DictConfig) -> dict[str, object]:
@@ -146,7 +159,7 @@ def flat(cfg: DictConfig) -> dict[str, object]:
 
 
 def test_every_method_preset_file_is_in_the_tables():
-    files = {p.stem for p in (CONF_DIR / "experiment").glob("*.yaml") if p.stem.startswith(METHOD_PREFIXES)}
+    files = {n for n in preset_names() if n.split("/")[0] in METHOD_FOLDERS or n.startswith(FOCAL_ON_PREFIXES)}
     assert files == set(PRESETS) | set(DIFFCSE_DCLR) | set(FOCAL_ON) | set(TINY)
 
 
@@ -154,7 +167,7 @@ def test_every_method_preset_file_is_in_the_tables():
 def test_preset_holds_the_papers_values(name, tmp_path):
     want = PRESETS[name]
     cfg = compose_train([f"experiment={name}"], tmp_path)
-    assert choice(cfg, "experiment") == name and cfg.task_name == name
+    assert choice(cfg, "experiment") == name and cfg.task_name == run_folder(name)
     assert cfg.model.name_or_path == want["model"]
     assert (cfg.data.batch_size, cfg.optimizer.lr) == (want["batch"], want["lr"])
     assert cfg.trainer.precision == want["precision"]
@@ -182,7 +195,7 @@ def test_preset_holds_the_papers_values(name, tmp_path):
         assert cfg.pooling.mlp == "train"
 
 
-@pytest.mark.parametrize("name", sorted(n for n in [*PRESETS, *DIFFCSE_DCLR, *FOCAL_ON] if not n.startswith("hicl_")))
+@pytest.mark.parametrize("name", sorted(n for n in [*PRESETS, *DIFFCSE_DCLR, *FOCAL_ON] if not n.startswith("hicl/")))
 def test_non_hicl_presets_cut_at_32_tokens(name, tmp_path):
     cfg = compose_train([f"experiment={name}"], tmp_path)
     assert cfg.data.max_length == 32
@@ -190,26 +203,26 @@ def test_non_hicl_presets_cut_at_32_tokens(name, tmp_path):
         assert cfg.pooling.max_length == 32
 
 
-@pytest.mark.parametrize("name", sorted(n for n in PRESETS if n.startswith("hicl_")))
+@pytest.mark.parametrize("name", sorted(n for n in PRESETS if n.startswith("hicl/")))
 def test_hicl_presets_start_from_a4(name, tmp_path):
     cfg = compose_train([f"experiment={name}"], tmp_path)
     assert (cfg.pooling.alpha, cfg.pooling.slice_len, cfg.data.max_length) == (0.05, 32, 512)
     assert cfg.pooling.entailment_beta == 0.0, "HiCL, not HiCLv2"
-    assert cfg.pooling.prompt is name.startswith("hicl_sncse_"), "the prompt on every segment with SNCSE only"
+    assert cfg.pooling.prompt is name.startswith("hicl/sncse_"), "the prompt on every segment with SNCSE only"
 
 
 @pytest.mark.parametrize("name", sorted(SARCSE))
 def test_sarcse_presets_hold_section_3_1(name, tmp_path):
-    head = compose_train([f"experiment=sarcse_{name}"], tmp_path).head
+    head = compose_train([f"experiment=sarcse/{name}"], tmp_path).head
     assert (head.theta, head.lam, head.alpha, head.beta, head.gamma) == (0.1, 50.0, 1.0, 2.5e-4, 2.5e-4)
     assert (head.co_t, head.co_c, head.weighting) == (500, 3, "self_adaptive")
 
 
 @pytest.mark.parametrize("backbone", sorted(DIFFCSE))
 def test_diffcse_presets_hold_the_released_script(backbone, tmp_path):
-    want, name = DIFFCSE[backbone], f"diffcse_{backbone}"
+    want, name = DIFFCSE[backbone], f"diffcse/{backbone}"
     cfg = compose_train([f"experiment={name}"], tmp_path)
-    assert choice(cfg, "experiment") == name and cfg.task_name == name
+    assert choice(cfg, "experiment") == name and cfg.task_name == run_folder(name)
     assert cfg.model.name_or_path == want["model"]
     assert (cfg.data.batch_size, cfg.optimizer.lr, cfg.trainer.max_epochs) == (
         want["batch"],
@@ -231,7 +244,7 @@ def test_diffcse_presets_hold_the_released_script(backbone, tmp_path):
 
 @pytest.mark.parametrize("backbone", sorted(DIFFCSE_UNVERIFIED))
 def test_diffcse_roberta_marks_what_the_released_code_does_not_give(backbone):
-    lines = (CONF_DIR / "experiment" / f"diffcse_{backbone}.yaml").read_text(encoding="utf-8").splitlines()
+    lines = (CONF_DIR / "experiment" / "diffcse" / f"{backbone}.yaml").read_text(encoding="utf-8").splitlines()
     for key, mark in DIFFCSE_UNVERIFIED[backbone].items():
         (line,) = [x for x in lines if re.match(rf"^\s+{key}:", x)]
         assert mark in line, f"{key}: {line.strip()} does not say {mark}"
@@ -239,9 +252,9 @@ def test_diffcse_roberta_marks_what_the_released_code_does_not_give(backbone):
 
 @pytest.mark.parametrize("backbone", sorted(DCLR))
 def test_dclr_presets_hold_the_released_script(backbone, tmp_path):
-    want, name = DCLR[backbone], f"dclr_{backbone}"
+    want, name = DCLR[backbone], f"dclr/{backbone}"
     cfg = compose_train([f"experiment={name}"], tmp_path)
-    assert choice(cfg, "experiment") == name and cfg.task_name == name
+    assert choice(cfg, "experiment") == name and cfg.task_name == run_folder(name)
     assert cfg.model.name_or_path == want["model"]
     assert (cfg.data.batch_size, cfg.optimizer.lr, cfg.trainer.max_epochs) == (
         want["batch"],
@@ -264,9 +277,9 @@ def test_dclr_presets_hold_the_released_script(backbone, tmp_path):
 def test_focal_on_a_method_is_the_method_with_focal_infonce(name, tmp_path):
     method, backbone = FOCAL_ON[name]
     focal = compose_train([f"experiment={name}"], tmp_path)
-    base = compose_train([f"experiment={method}_{backbone}"], tmp_path)
-    table_1 = compose_train([f"experiment=focal_{backbone}"], tmp_path)
-    assert choice(focal, "experiment") == name and focal.task_name == name
+    base = compose_train([f"experiment={method}/{backbone}"], tmp_path)
+    table_1 = compose_train([f"experiment=focal/{backbone}"], tmp_path)
+    assert choice(focal, "experiment") == name and focal.task_name == run_folder(name)
     assert choice(focal, "loss") == focal.loss.name == "focal"
     assert (focal.loss.tau, focal.loss.m) == FOCAL[backbone] == (table_1.loss.tau, table_1.loss.m)
     assert (focal.loss.symmetric, focal.loss.convention) == (False, "paper")
@@ -282,7 +295,7 @@ def test_tiny_preset_is_its_base_preset_at_toy_size(name, tmp_path):
     base, model = TINY[name]
     tiny = compose_train([f"experiment={name}"], tmp_path)
     full = compose_train([f"experiment={base}", f"model={model}"], tmp_path)
-    assert choice(tiny, "model") == model and tiny.task_name == name
+    assert choice(tiny, "model") == model and tiny.task_name == run_folder(name)
     assert (tiny.data.batch_size, tiny.trainer.precision) == (16, FP32)
     assert 0 < tiny.trainer.max_steps <= 20 and 0 < tiny.eval.every_n_steps <= tiny.trainer.max_steps
     for group in ("pooling", "loss", "negatives", "auxiliary", "head"):
@@ -305,7 +318,7 @@ def test_every_value_of_a_method_preset_names_its_source(name):
     path = CONF_DIR / "experiment" / f"{name}.yaml"
     lines = path.read_text(encoding="utf-8").splitlines()
     assert lines[0] == "# @package _global_"
-    assert any(line.startswith(f"# python -m sentemb.train experiment={path.stem}") for line in lines), "a command"
+    assert any(line.startswith(f"# python -m sentemb.train experiment={name}") for line in lines), "a command"
     for number, line in enumerate(lines):
         if re.match(r"^\s+[A-Za-z_]+:\s*[^\s#]", line):  # an indented key with a value
             commented = " # " in line or lines[number - 1].strip().startswith("#")
@@ -313,7 +326,7 @@ def test_every_value_of_a_method_preset_names_its_source(name):
 
 
 def test_hicl_stage_1_sweeps_alpha_on_sickr_dev(tmp_path):
-    cfg = compose_train(["experiment=hicl_sncse_bert_base", "hparams_search=hicl_table13"], tmp_path)
+    cfg = compose_train(["experiment=hicl/sncse_bert_base", "hparams_search=hicl_table13"], tmp_path)
     assert str(cfg.hydra.mode) == "RunMode.MULTIRUN"
     assert dict(cfg.hydra.sweeper.params) == {"pooling.alpha": "0.01,0.05,0.15"}
     assert cfg.eval.select == "stsb_dev" and cfg.eval.score_sickr_dev  # A.4 fn. 3: checkpoints on STS-B dev
@@ -325,13 +338,13 @@ def test_hicl_stage_1_sweeps_alpha_on_sickr_dev(tmp_path):
 
 @pytest.mark.parametrize("method", sorted(LR_GRIDS))
 def test_hicl_stage_2_sweeps_the_methods_learning_rates_on_sickr_dev(method, tmp_path):
-    overrides = [f"experiment=hicl_{method}_bert_large", f"hparams_search=hicl_table13_lr_{method}"]
+    overrides = [f"experiment=hicl/{method}_bert_large", f"hparams_search=hicl_table13_lr_{method}"]
     cfg = compose_train([*overrides, "from_sweep=multirun/stage-1"], tmp_path)
     assert str(cfg.hydra.mode) == "RunMode.MULTIRUN"
     assert list(cfg.hydra.sweeper.params) == ["optimizer.lr"]
     assert cfg.eval.select == "stsb_dev" and cfg.eval.score_sickr_dev  # A.4 fn. 3: checkpoints on STS-B dev
     assert cfg.optimized_metric == SICKR_DEV_SPEARMAN_BEST_RESCORED  # ... hyper-parameters on their SICK-R dev
-    assert choice(cfg, "experiment") == f"hicl_{method}_bert_large" and cfg.pooling.alpha == 0.05
+    assert choice(cfg, "experiment") == f"hicl/{method}_bert_large" and cfg.pooling.alpha == 0.05
     assert check_sweep(cfg) == {"optimizer.lr": LR_GRIDS[method]}
 
 
@@ -341,4 +354,4 @@ def test_hicl_searches_are_hicls_without_an_experiment(search, tmp_path):
     assert choice(cfg, "pooling") == "hicl" and cfg.pooling.name == "hicl"
     assert check_sweep(cfg)
     text = (CONF_DIR / "hparams_search" / f"{search}.yaml").read_text(encoding="utf-8")
-    assert "# @package _global_" in text and "python -m sentemb.train experiment=hicl_" in text, "its commands"
+    assert "# @package _global_" in text and "python -m sentemb.train experiment=hicl/" in text, "its commands"

@@ -1,5 +1,6 @@
-"""Every `<method>_tiny` preset trains through the real Trainer, callbacks, loggers and checkpoints, and each method's
-own part is active in it (the queue filled, the margin loss and the local loss logged)."""
+"""Every method's tiny preset (`sncse/tiny`, `hicl/sncse_tiny`, ...) trains through the real Trainer, callbacks,
+loggers and checkpoints, and each method's own part is active in it (the queue filled, the margin loss and the local
+loss logged)."""
 
 from __future__ import annotations
 
@@ -13,18 +14,18 @@ import torch
 from sentemb.common.metric_names import DEV_SPEARMAN_BEST_RESCORED, TEST_SPEARMAN
 from tests.test_train import run
 
-# esimcse_tiny runs in make test; the others (10–20 s each on 2 cores) in make test-slow
+# esimcse/tiny runs in make test; the others (10–20 s each on 2 cores) in make test-slow
 PRESETS = {
-    "esimcse_tiny": ("queue",),
-    "sncse_tiny": ("train/loss/soft_negative",),
-    "hicl_simcse_tiny": ("train/loss/local",),
-    "hicl_esimcse_tiny": ("train/loss/local", "queue"),
-    "hicl_sncse_tiny": ("train/loss/local", "train/loss/soft_negative"),
-    "sarcse_tiny": ("train/loss/reconstruction",),
-    "diffcse_tiny": ("train/loss/rtd",),
-    "focal_diffcse_tiny": ("train/loss/rtd",),
-    "dclr_tiny": ("train/dclr/excluded_share",),
-    "focal_dclr_tiny": ("train/dclr/excluded_share",),
+    "esimcse/tiny": ("queue",),
+    "sncse/tiny": ("train/loss/soft_negative",),
+    "hicl/simcse_tiny": ("train/loss/local",),
+    "hicl/esimcse_tiny": ("train/loss/local", "queue"),
+    "hicl/sncse_tiny": ("train/loss/local", "train/loss/soft_negative"),
+    "sarcse/tiny": ("train/loss/reconstruction",),
+    "diffcse/tiny": ("train/loss/rtd",),
+    "focal/diffcse_tiny": ("train/loss/rtd",),
+    "dclr/tiny": ("train/dclr/excluded_share",),
+    "focal/dclr_tiny": ("train/dclr/excluded_share",),
 }
 
 
@@ -34,7 +35,7 @@ def logged_names(run_dir: Path) -> set[str]:
 
 
 @pytest.mark.parametrize(
-    "preset", [p if p == "esimcse_tiny" else pytest.param(p, marks=pytest.mark.slow) for p in PRESETS]
+    "preset", [p if p == "esimcse/tiny" else pytest.param(p, marks=pytest.mark.slow) for p in PRESETS]
 )
 def test_every_tiny_method_preset_trains_with_its_own_part_active(preset, small_corpus, tmp_path):
     metrics = run(

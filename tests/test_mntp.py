@@ -1,6 +1,6 @@
 """head=mntp (LLM2Vec's masked next-token prediction): its loss and masking against references, MNTP alone and beside
 a contrastive loss through the real Trainer, GradCache, the two-stage recipe (MNTP, then SimCSE from its merged
-adapter) and the experiment=llm2vec_* presets. Tiny random decoders only."""
+adapter) and the experiment=llm2vec/* presets. Tiny random decoders only."""
 
 from __future__ import annotations
 
@@ -310,14 +310,14 @@ def test_two_stage_recipe_starts_stage_2_from_the_merged_stage_1_adapter(small_c
         "eval.every_n_steps=3",
         "eval.at_start=false",
     ]
-    run(["experiment=llm2vec_tiny_mntp", *budget], tmp_path / "mntp")
+    run(["experiment=llm2vec/tiny_mntp", *budget], tmp_path / "mntp")
     last = tmp_path / "mntp" / "checkpoints" / "last.ckpt"
     stage1 = torch.load(last, weights_only=True)
     assert stage1["global_step"] == 3 and stage1["hyper_parameters"]["head"]["contrastive"] is False
     assert not list(last.parent.glob("best-*.ckpt")), "the MNTP presets keep no best-by-STS-B checkpoint"
     assert stage1["state_dict"] and all(".lora_" in key for key in stage1["state_dict"]), "adapter weights only"
 
-    cfg = compose_train(["experiment=llm2vec_tiny_simcse", *budget, f"model.init_from={last}"], tmp_path / "simcse")
+    cfg = compose_train(["experiment=llm2vec/tiny_simcse", *budget, f"model.init_from={last}"], tmp_path / "simcse")
     stage2 = SentembModule.from_config(cfg).encoder.backbone
     base = tiny_decoder(bidirectional=True).state_dict()
     adapter = stage1["hyper_parameters"]["adapter"]
@@ -336,7 +336,7 @@ def test_two_stage_recipe_starts_stage_2_from_the_merged_stage_1_adapter(small_c
     assert changed > 0, "stage 1 trained its adapter, and stage 2 starts from it"
     assert all(p.requires_grad == (".lora_" in n) for n, p in stage2.named_parameters()), "a fresh adapter trains"
 
-    metrics = run(["experiment=llm2vec_tiny_simcse", *budget, f"model.init_from={last}"], tmp_path / "simcse")
+    metrics = run(["experiment=llm2vec/tiny_simcse", *budget, f"model.init_from={last}"], tmp_path / "simcse")
     assert math.isfinite(metrics[TEST_SPEARMAN])
     rows = csv_rows(tmp_path / "simcse")
     assert rows and all(row.get("paradigm/cos_pos") and not row.get("train/loss/mntp") for row in rows)
@@ -347,7 +347,7 @@ def test_an_adapter_checkpoint_of_mntp_on_a_tied_decoder_loads(small_corpus, sma
     from sentemb.encoders.build import load_checkpoint_encoder
 
     budget = [f"data.corpus={small_corpus}", f"eval.stsb_dir={small_stsb}", "trainer.max_steps=1", "logger=csv"]
-    run(["experiment=llm2vec_tiny_mntp", *budget, "eval.every_n_steps=1"], tmp_path)
+    run(["experiment=llm2vec/tiny_mntp", *budget, "eval.every_n_steps=1"], tmp_path)
     encoder, _ = load_checkpoint_encoder(tmp_path / "checkpoints" / "last.ckpt")
     assert encoder.pooling.lm_head.weight is encoder.backbone.get_input_embeddings().weight
     assert encoder.encode(["a test"]).shape == (1, 32)
@@ -393,7 +393,7 @@ MASKING = {"mistral_7b": (0.8, 1.0, 0.0), "llama_3_8b": (0.2, 0.8, 0.1)}  # Mist
 def test_presets_compose_and_pass_the_config_checks(model, stage, tmp_path, forbid_model_loading):
     from omegaconf import OmegaConf
 
-    cfg = compose_train([f"experiment=llm2vec_{model}_{stage}"], tmp_path)
+    cfg = compose_train([f"experiment=llm2vec/{model}_{stage}"], tmp_path)
     check_parts(cfg)  # nothing is loaded (forbid_model_loading), no hub is asked
     assert cfg.task_name == f"llm2vec_{model}_{stage}" and cfg.adapter and cfg.model.bidirectional
     assert (cfg.get("head") is not None) == (stage == "mntp")

@@ -23,16 +23,16 @@ One call, in this order (the JSON is rewritten after every run, so a call cut sh
      checkpointing ~11 MB a token, ~45 GB at 2 × 16 × 128; a row that does not fit says out of memory), then the
      largest batch that fits, by doubling from there (halving where the comparison batch does not fit) until out
      of memory, the shape's cap, or the budget;
-   - the recipe rows: MNTP (head=mntp, contrastive false) as `experiment=llm2vec_*_mntp` runs it (0.6B: llm2vec's
+   - the recipe rows: MNTP (head=mntp, contrastive false) as `experiment=llm2vec/*_mntp` runs it (0.6B: llm2vec's
      default masking, the Llama-3 preset's; 7B: the Mistral preset's), the SimCSE stage as
-     `experiment=llm2vec_mistral_7b_simcse` runs it, that stage again with GradCache (chunks of the comparison
+     `experiment=llm2vec/mistral_7b_simcse` runs it, that stage again with GradCache (chunks of the comparison
      batch), and encode()'s rate (what each STS-B dev evaluation costs);
    per run: median step time (CUDA synchronised; the first --warmup steps untimed; a search probe: 1 untimed, which
    allocates AdamW's state, then --search-steps), samples/s, real tokens/s (the encoder's rows: two views, or MNTP's
    masked copies), peak GPU memory over the steps (`max_memory_allocated`,
    reset when the first step starts: weights, optimizer state, activations), MFU, and the ratio against the
    anchor: full fine-tuning padded at 0.6B, LoRA padded at 7B, at the same batch and each at its largest batch;
-4. the projection of `experiment=llm2vec_mistral_7b_mntp` then `_simcse` on this card: their 1000 steps at the
+4. the projection of `experiment=llm2vec/mistral_7b_mntp` then `_simcse` on this card: their 1000 steps at the
    measured step times, plus their dev evaluations at encode()'s measured rate; and the batch that fits without
    GradCache (the search) and with it (the memory the chunked step holds, and what bounds the batch then).
 
@@ -117,21 +117,21 @@ SHAPES = {
         "qwen3",
         {"hidden_size": 1024, "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8,
          "head_dim": 128, "intermediate_size": 3072, "vocab_size": 151936, "tie_word_embeddings": True},
-        ("full", "lora", "lora_gc"), compare_batch=64, cap=8192, mntp_experiment="llm2vec_llama_3_8b_mntp",
+        ("full", "lora", "lora_gc"), compare_batch=64, cap=8192, mntp_experiment="llm2vec/llama_3_8b_mntp",
     ),
     # mistralai/Mistral-7B-Instruct-v0.2's: 6.98 B in its layers, 7.24 B with the embeddings and lm_head
     "mistral-7b": Shape(
         "mistral",
         {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
          "head_dim": 128, "intermediate_size": 14336, "vocab_size": 32000, "tie_word_embeddings": False},
-        ("lora", "lora_gc"), compare_batch=16, cap=2048, mntp_experiment="llm2vec_mistral_7b_mntp",
-        simcse_experiment="llm2vec_mistral_7b_simcse",
+        ("lora", "lora_gc"), compare_batch=16, cap=2048, mntp_experiment="llm2vec/mistral_7b_mntp",
+        simcse_experiment="llm2vec/mistral_7b_simcse",
     ),
 }  # fmt: skip
 # meta-llama/Meta-Llama-3-8B-Instruct's: Mistral-7B's layers with a 128,256-token vocabulary
 SHAPES["llama-3-8b"] = replace(
     SHAPES["mistral-7b"], family="llama", dims=SHAPES["mistral-7b"].dims | {"vocab_size": 128256},
-    mntp_experiment="llm2vec_llama_3_8b_mntp", simcse_experiment="llm2vec_llama_3_8b_simcse",
+    mntp_experiment="llm2vec/llama_3_8b_mntp", simcse_experiment="llm2vec/llama_3_8b_simcse",
 )  # fmt: skip
 TOY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
        "intermediate_size": 64, "vocab_size": 2000}  # fmt: skip
@@ -148,7 +148,7 @@ METHODS = {
     "lora": ("LoRA r16", LORA),
     "lora_gc": ("LoRA r16 + checkpointing", [*LORA, "model.gradient_checkpointing=true"]),
 }
-# experiment=llm2vec_*_simcse's values that shape a step (its learning rate and schedule change no timing)
+# experiment=llm2vec/*_simcse's values that shape a step (its learning rate and schedule change no timing)
 SIMCSE_STAGE = [
     "model.bidirectional=true", "model.dropout=0.3", "pooling=mean", "loss=infonce", "loss.tau=0.05",
     "data.max_length=128",
