@@ -35,7 +35,7 @@ import sentemb.encoders.models.backbones
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.metric_names import DEV_SPEARMAN_BEST_LOGGED, TEST_SPEARMAN
 from sentemb.common.paths import CONF_DIR, resolve_data_root
-from sentemb.data.labelled import NLI_COLUMNS
+from sentemb.data.sets.nli import NLI_COLUMNS
 from sentemb.runs.sweep_check import check_sweep
 from sentemb.training.checks import prepare_run
 from sentemb.training.sharding import is_sharded

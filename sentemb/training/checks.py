@@ -25,7 +25,7 @@ from sentemb.common.parts import lookup
 from sentemb.common.paths import absolute_data_paths, resolve_data_root
 from sentemb.data.corpus import HEAD_LINES, CorpusReport, check_corpus
 from sentemb.data.datamodule_checks import check_batching, check_corpus_fills_batch, check_labelled_options
-from sentemb.data.labelled import LabelledSet, read_labelled
+from sentemb.data.labelled import LabelledSet, read_labelled, scored_sets
 from sentemb.data.repetition import check_dup_rate
 from sentemb.data.streaming_checks import check_streaming
 from sentemb.training.callback_checks import check_eval_settings
@@ -117,8 +117,9 @@ def takes_scores(loss: Mapping[str, Any]) -> bool:
 def refuse_scored_loss(loss: Mapping[str, Any], why: str) -> None:
     """A loss of scored pairs (loss=cosent, angle, cosine_mse) on data without scores (`why`)."""
     if takes_scores(loss):
+        built_in = "".join(f"data={name}, or " for name in scored_sets())
         raise SentembConfigError(
-            f"loss={loss.get('name')} learns from scored pairs, but {why}. Fix: scored pairs (data=stsb_train, or "
+            f"loss={loss.get('name')} learns from scored pairs, but {why}. Fix: scored pairs ({built_in}"
             "data=labelled with a sentence1,sentence2,score file and data.score_range), or a loss of pairs and "
             "negatives (loss=infonce)"
         )
