@@ -15,7 +15,8 @@ from sentemb.common.batch_views import ANCHOR, prefix, view_batch
 from sentemb.data.datamodule import UnsupervisedTextDataModule
 from sentemb.data.negation import negate_offline
 from sentemb.data.repetition import repeat_tokens, sentence_rng
-from sentemb.data.views import NEGATION, ViewCollator
+from sentemb.data.view_makers.negation import NEGATION
+from sentemb.data.views import ViewCollator
 from sentemb.encoders.models.backbones import packaged_model_path, pretrained_tokenizer, tiny_roberta_tokenizer
 
 ANCHOR_KEYS = {"input_ids", "token_type_ids", "attention_mask"}
@@ -44,14 +45,14 @@ def negation(sentence: str) -> str:
 
 @pytest.fixture
 def negations(monkeypatch) -> list[dict]:
-    """sentemb.data.negation.soft_negatives replaced by SNCSE's fallback form ("Not <s> ."); the calls' options."""
+    """sentemb.data.negation.negate_sentences replaced by SNCSE's fallback form ("Not <s> ."); the calls' options."""
     calls: list[dict] = []
 
-    def soft_negatives(sentences, source, path=None, lookup_quirk=False, spacy_model="en_core_web_sm"):
+    def negate_sentences(sentences, source, path=None, lookup_quirk=False, spacy_model="en_core_web_sm"):
         calls.append({"source": source, "path": path, "lookup_quirk": lookup_quirk, "spacy_model": spacy_model})
         return [negation(sentence) for sentence in sentences]
 
-    monkeypatch.setattr(sentemb.data.negation, "soft_negatives", soft_negatives)
+    monkeypatch.setattr(sentemb.data.negation, "negate_sentences", negate_sentences)
     return calls
 
 
@@ -139,7 +140,7 @@ def test_the_soft_negative_view_is_each_sentences_negation(small_corpus, tokeniz
     assert max(map(len, data.train_set[NEGATIVE + "input_ids"])) == 32, "truncated to max_length"
 
 
-def test_soft_negatives_alone_add_only_the_third_view(small_corpus, tokenizer):
+def test_the_negation_view_alone_adds_only_the_third_view(small_corpus, tokenizer):
     """The real source=rule (the parser-free rule): each row's third view is its sentence's negation."""
     data = datamodule(
         small_corpus, tokenizer, shuffle=False, views={NEGATION: {**SOFT_NEGATIVES, "lookup_quirk": False}}

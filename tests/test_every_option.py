@@ -36,7 +36,8 @@ from sentemb.common.errors import SentembConfigError
 from sentemb.common.metric_names import DEV_SPEARMAN_BEST_LOGGED, TEST_SPEARMAN
 from sentemb.common.parts import BOTH, DECODERS, NATIVE, lookup, names
 from sentemb.common.paths import CONF_DIR, resolve_data_root
-from sentemb.data.labelled import NLI_COLUMNS, read_labelled
+from sentemb.data.labelled import read_labelled
+from sentemb.data.sets.nli import NLI_COLUMNS
 from sentemb.losses.inputs import SCORES
 from sentemb.losses.registry import available, declared_loss
 from sentemb.runs.sweep_check import check_sweep

@@ -4,16 +4,20 @@
 Each test follows those steps from this module: the class is declared here (registered for the test only), its yaml
 goes into a conf folder of the test's own (Hydra's searchpath), and then the part trains a step through the real
 Trainer, resumes exactly from the last.ckpt of a stopped run, and exports (or is refused with the reason it declared).
+A data part (a built-in labelled set, a file format) is written as a module of its package's folder in a scratch
+checkout (registered as the package's import registers its own) and trains two steps.
 """
 
 from __future__ import annotations
 
 import csv
+import importlib
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import lightning as L
 import numpy as np
@@ -25,8 +29,10 @@ from transformers import Olmo2Config
 import sentemb.train
 from sentemb.common import parts
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.hydra_plumbing import resolved_container
 from sentemb.common.parts import ENCODERS, TRAINS_ONLY, part
-from sentemb.data.labelled import ABSENT, TEXT_IDS
+from sentemb.data.formats import extensions, file_format
+from sentemb.data.labelled import ABSENT, TEXT_IDS, read_labelled
 from sentemb.encoders.build import load_checkpoint_encoder
 from sentemb.encoders.models import families
 from sentemb.encoders.models.families import Family, register_family
@@ -46,6 +52,7 @@ from tests.test_labelled import write_csv
 from tests.test_train import run, train_with
 
 CONF = Path(sentemb.train.CONF_DIR)
+LAYOUT_PAGE = (Path(__file__).parents[1] / "docs" / "layout.md").read_text(encoding="utf-8")
 # a term's yaml is packaged under its name, so that several terms compose side by side (auxiliary=[a,b])
 NEGATION_GAP_YAML = "# @package auxiliary.negation_gap\nname: negation_gap\nweight: 0.1\nmargin: 0.2\n"
 SENTENCES = ["A man is playing a guitar.", "Two dogs run on the beach.", "The stock market fell sharply today."]
@@ -398,8 +405,12 @@ def labelled(overrides: list[str]) -> list[str]:
 
 def files_a_part_takes() -> int:
     """The count docs/layout.md states for a part of your own: its class file and its yaml."""
-    text = (Path(__file__).parents[1] / "docs" / "layout.md").read_text()
-    return int(re.search(r"A part of your own is (\d+) files", text).group(1))
+    return int(re.search(r"A part of your own is (\d+) files", LAYOUT_PAGE).group(1))
+
+
+def files_a_format_takes() -> int:
+    """The count docs/layout.md states for a file format: its class alone."""
+    return int(re.search(r"a file format is (\d+) \(its\s+class", LAYOUT_PAGE).group(1))
 
 
 def test_a_new_loss_reading_hard_negatives_and_scores(overrides, conf_dir, role_parts, tmp_path, data_root):
@@ -463,3 +474,152 @@ def test_a_term_is_refused_before_any_model_loads_for_a_view_the_data_lacks_or_a
     part("auxiliary", "local_gap")(LocalGap)
     with pytest.raises(SentembConfigError, match=r"train/loss/local, which is pooling=hicl's own term"):
         prepare_run(compose_train([*overrides, "pooling=hicl", "auxiliary=[local_gap]"], tmp_path))
+
+
+# ---------------------------------------------------------------------------------------------- data parts
+# The files each addition takes, as docs/layout.md counts them: a built-in set is its class (a module of
+# sentemb/data/sets/) and its conf/data/<name>.yaml; a file format is its class alone (a module of
+# sentemb/data/formats/): the file's extension picks it, so no config names it and it has no yaml.
+SET_FILES = files_a_part_takes()
+FORMAT_FILES = files_a_format_takes()
+
+TINY_PAIRS_CLASS = '''"""tiny_pairs: (anchor, positive) pairs, a tab-separated pair a line, in tiny_pairs/pairs.txt."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from sentemb.common.parts import part
+from sentemb.data.labelled import LabelledSet
+from sentemb.data.sets import TabSeparatedSet
+
+
+@part("data.set", "tiny_pairs")
+class TinyPairs(TabSeparatedSet):
+    file = "pairs.txt"
+    what = "tiny_pairs"
+    header = False
+    columns = ("anchor", "positive")
+    fix = "data.path=<the folder holding pairs.txt>"
+
+    def rows(self, path: Path, lines: Iterator[tuple[int, list[str]]]) -> LabelledSet:
+        pairs = [(fields[0], fields[1]) for _, fields in lines]
+        return LabelledSet(([anchor for anchor, _ in pairs], [positive for _, positive in pairs]), None, str(path))
+'''
+TINY_PAIRS_YAML = "defaults:\n  - labelled\nsource: tiny_pairs\npath: ${paths.data_dir}/tiny_pairs\n"
+
+PIPE_SEPARATED_CLASS = '''"""PSV: pipe-separated, a header row, CSV's quoting (a field holding a pipe is quoted)."""
+
+from __future__ import annotations
+
+from sentemb.common.parts import part
+from sentemb.data.formats.delimited import Delimited
+
+
+@part("data.format", "psv")
+class PipeSeparated(Delimited):
+    extensions = (".psv",)
+    label = "PSV"
+    described = "pipe-separated"
+    delimiter = "|"
+'''
+
+
+def add_files(checkout: Path, files: dict[str, str]) -> list[str]:
+    """`files` (path in the repository → text) written under `checkout`; every file there afterwards, by path."""
+    for relative, text in files.items():
+        (checkout / relative).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / relative).write_text(text, encoding="utf-8")
+    return sorted(str(path.relative_to(checkout)) for path in checkout.rglob("*") if path.is_file())
+
+
+@pytest.fixture
+def package_modules(monkeypatch, declared):
+    """Adds a folder to a sentemb package's folders and imports its modules as the package's import does its own
+    (`import_parts` over its `__path__`), so the parts they declare register; all forgotten after the test."""
+    added: list[tuple[ModuleType, str]] = []
+
+    def add(package: str, folder: Path) -> None:
+        module = importlib.import_module(package)
+        monkeypatch.setattr(module, "__path__", [*module.__path__, str(folder)])
+        monkeypatch.setattr(sys, "dont_write_bytecode", True)  # the folder holds only what the test wrote
+        added.extend((module, path.stem) for path in folder.glob("*.py"))
+        parts.import_parts(package, [str(folder)])
+
+    yield add
+    for module, name in added:
+        sys.modules.pop(f"{module.__name__}.{name}", None)
+        vars(module).pop(name, None)
+
+
+def sentence_pairs(data_root: Path, count: int, forbidden: str) -> list[tuple[str, str]]:
+    """`count` pairs of consecutive wiki-sample sentences, none holding `forbidden` (the file's delimiter)."""
+    lines = (data_root / "wiki" / "wiki1m_head.txt").read_text(encoding="utf-8").splitlines()
+    lines = [line.strip() for line in lines if line.strip() and forbidden not in line and '"' not in line]
+    return [(lines[2 * i], lines[2 * i + 1]) for i in range(count)]
+
+
+def labelled_run(overrides: list[str], small_stsb: Path, output_dir: Path) -> dict:
+    """A 2-step run of tiny BERT on labelled data through the real Trainer: its last.ckpt."""
+    run(
+        [*overrides, "model=tiny", "trainer.max_steps=2", "logger=csv", "data.batch_size=16", "eval.every_n_steps=1",
+         "eval.at_start=false", f"eval.stsb_dir={small_stsb}", "trainer.log_every_n_steps=1"],
+        output_dir,
+    )  # fmt: skip
+    return torch.load(output_dir / "checkpoints" / "last.ckpt", weights_only=True)
+
+
+def test_a_new_built_in_set(package_modules, tmp_path, data_root, small_stsb):
+    checkout = tmp_path / "checkout"
+    files = {"sentemb/data/sets/tiny_pairs.py": TINY_PAIRS_CLASS, "conf/data/tiny_pairs.yaml": TINY_PAIRS_YAML}
+    assert add_files(checkout, files) == sorted(files) and len(files) == SET_FILES
+    package_modules("sentemb.data.sets", checkout / "sentemb" / "data" / "sets")
+    root = tmp_path / "data"  # a data root: the real one's folders, and the new set's own
+    (root / "tiny_pairs").mkdir(parents=True)
+    for folder in ("wiki", "senteval"):
+        (root / folder).symlink_to(data_root / folder)
+    pairs = sentence_pairs(data_root, 48, "\t")
+    (root / "tiny_pairs" / "pairs.txt").write_text("".join(f"{a}\t{p}\n" for a, p in pairs), encoding="utf-8")
+    overrides = ["data=tiny_pairs", f"paths.data_dir={root}", f"hydra.searchpath=[file://{checkout / 'conf'}]"]
+
+    saved = labelled_run(overrides, small_stsb, tmp_path / "run")
+    assert saved["global_step"] == 2
+    read = read_labelled(resolved_container(compose_train(overrides).data))
+    assert read.texts == ([a for a, _ in pairs], [p for _, p in pairs]) and read.roles == ["anchor", "positive"]
+    with pytest.raises(SentembConfigError, match=r"data.source='nope' is not one of .*stsb_train, tiny_pairs\."):
+        read_labelled({"source": "nope", "path": str(root)})  # the sources listed are the registry's
+
+
+def test_a_new_file_format(package_modules, tmp_path, data_root, small_stsb, monkeypatch):
+    checkout = tmp_path / "checkout"
+    files = {"sentemb/data/formats/pipe_separated.py": PIPE_SEPARATED_CLASS}
+    assert add_files(checkout, files) == sorted(files) and len(files) == FORMAT_FILES
+    monkeypatch.chdir(tmp_path)
+    rows = ["anchor|positive", *(f"{a}|{p}" for a, p in sentence_pairs(data_root, 48, "|"))]
+    Path("x.psv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    with pytest.raises(SentembConfigError, match=r"read by its extension, one of \.csv.*; \.psv is not one"):
+        file_format(Path("x.psv"))
+    package_modules("sentemb.data.formats", checkout / "sentemb" / "data" / "formats")
+    assert ".psv" in extensions() and file_format(Path("x.psv")).label == "PSV"
+
+    saved = labelled_run(["data=labelled", "data.path=x.psv"], small_stsb, tmp_path / "run")
+    assert saved["global_step"] == 2
+    Path("x.psv").write_text("anchor|positive\na|b\nc|d|e\n", encoding="utf-8")
+    with pytest.raises(SentembConfigError, match=r"x\.psv:3: 3 fields, but the header has 2 \(anchor, positive\)"):
+        read_labelled({"source": "file", "path": "x.psv"})  # checked as every format's rows are
+
+
+def test_every_data_part_registers_with_its_package_in_a_fresh_process_without_torch():
+    """The data parts are looked up before torch is imported (the pre-run checks read the data first): their packages
+    import none of torch, lightning, transformers or pyarrow (a parquet file imports it when read)."""
+    code = (
+        "import sys; from sentemb.common.parts import names; "
+        "print(names('data.set'), names('data.format'), names('data.view')); "
+        "print([m for m in ('torch', 'lightning', 'transformers', 'pyarrow') if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines() == [
+        "['file', 'mrpc', 'nli', 'sick_nli', 'stsb_train'] ['csv', 'json', 'parquet', 'tsv'] ['negation']",
+        "[]",
+    ]

@@ -19,7 +19,8 @@ from torch.utils.data import DataLoader
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.data.datamodule import LabelledDataModule
-from sentemb.data.labelled import ABSENT, NLI_COLUMNS, read_labelled, text_id
+from sentemb.data.labelled import ABSENT, read_labelled, text_id
+from sentemb.data.sets.nli import NLI_COLUMNS
 from sentemb.data.views import ViewCollator
 from sentemb.losses import build
 from sentemb.losses.inputs import LossInputs, duplicate_mask

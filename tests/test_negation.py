@@ -22,10 +22,10 @@ from sentemb.data.negation import (
     check_soft_negative_source,
     negate_offline,
     negate_parsed,
+    negate_sentences,
     negate_spacy,
     quirk_lookup,
     read_negations,
-    soft_negatives,
     tokenize_offline,
 )
 
@@ -285,14 +285,15 @@ def test_read_negations_names_a_line_that_is_not_utf8(tmp_path):
         read_negations(path)
 
 
-# ---------------------------------------------------------------- soft_negatives and its check
+# ---------------------------------------------------------------- negate_sentences and its check
 
 
-def test_soft_negatives_from_each_offline_source(tmp_path):
+def test_negations_from_each_offline_source(tmp_path):
     sentences = ["The sky is blue.", "He plays chess", "The sky is blue."]
-    assert soft_negatives(sentences, "rule") == ["The sky is not blue .", "Not He plays chess", "The sky is not blue ."]
+    expected = ["The sky is not blue .", "Not He plays chess", "The sky is not blue ."]
+    assert negate_sentences(sentences, "rule") == expected
     path = write(tmp_path / "neg.jsonl", [json.dumps([s, f"<{s}>"]) for s in sentences[:2]])
-    assert soft_negatives(sentences, "file", path=str(path)) == ["<The sky is blue.>", "<He plays chess>"] + [
+    assert negate_sentences(sentences, "file", path=str(path)) == ["<The sky is blue.>", "<He plays chess>"] + [
         "<The sky is blue.>"
     ]
 
@@ -312,45 +313,45 @@ def test_the_lookup_quirk_misses_sentences_without_final_punctuation(tmp_path):
         "Is not it ?",  # ends in punctuation once stripped: found as it is
         "Not a b .",
     ]
-    assert soft_negatives(sentences, "file", path=str(path), lookup_quirk=True) == expected
-    assert soft_negatives(sentences, "file", path=str(path)) == list(table.values())  # without the quirk: as read
+    assert negate_sentences(sentences, "file", path=str(path), lookup_quirk=True) == expected
+    assert negate_sentences(sentences, "file", path=str(path)) == list(table.values())  # without the quirk: as read
     # the quirk is training's lookup: the same for the sentences the rule negates
-    assert soft_negatives(["He plays chess", "The sky is blue."], "rule", lookup_quirk=True) == [
+    assert negate_sentences(["He plays chess", "The sky is blue."], "rule", lookup_quirk=True) == [
         "Not He plays chess .",
         "The sky is not blue .",
     ]
     # a corpus line keeps its spaces: found stripped without the quirk; with it, the code's lookup misses it
     spaced = ["The sky is blue. ", " He plays chess"]
-    assert soft_negatives(spaced, "file", path=str(path)) == ["The sky is not blue", "He does not play chess"]
-    assert soft_negatives(spaced, "file", path=str(path), lookup_quirk=True) == [
+    assert negate_sentences(spaced, "file", path=str(path)) == ["The sky is not blue", "He does not play chess"]
+    assert negate_sentences(spaced, "file", path=str(path), lookup_quirk=True) == [
         "Not The sky is blue. ",
         "Not  He plays chess .",
     ]
-    assert soft_negatives(spaced, "rule") == ["The sky is not blue .", "Not He plays chess"]
-    assert soft_negatives(spaced, "rule", lookup_quirk=True) == ["Not The sky is blue. ", "Not  He plays chess ."]
+    assert negate_sentences(spaced, "rule") == ["The sky is not blue .", "Not He plays chess"]
+    assert negate_sentences(spaced, "rule", lookup_quirk=True) == ["Not The sky is blue. ", "Not  He plays chess ."]
     assert quirk_lookup("Absent!", {}) == "Not Absent!"  # ends in punctuation, absent: the code's "Not " + sentence
     assert quirk_lookup("", {}) == "Not  ."  # where the code would fail (an empty sentence has no last character)
 
 
-def test_soft_negatives_from_a_file_missing_sentences_names_file_count_first_and_fix(tmp_path):
+def test_negations_from_a_file_missing_sentences_names_file_count_first_and_fix(tmp_path):
     path = write(tmp_path / "neg.jsonl", [json.dumps(["a.", "Not a ."])])
     with pytest.raises(SentembConfigError) as err:
-        soft_negatives(["a.", "b.", "c."], "file", path=str(path))
+        negate_sentences(["a.", "b.", "c."], "file", path=str(path))
     message = str(err.value)
     assert f"auxiliary.sncse.path={path}" in message and "2 of 3 sentences" in message and "'b.'" in message
     assert "python -m sentemb.negate" in message
 
 
-def test_soft_negatives_reads_a_file_once_until_it_changes(tmp_path, monkeypatch):
+def test_negations_are_read_from_a_file_once_until_it_changes(tmp_path, monkeypatch):
     path = write(tmp_path / "neg.jsonl", [json.dumps(["a.", "Not a ."])])
     reads = []
     real = negation.read_negations
     monkeypatch.setattr(negation, "read_negations", lambda p: reads.append(p) or real(p))
     for _ in range(3):
-        assert soft_negatives(["a."], "file", path=str(path)) == ["Not a ."]
+        assert negate_sentences(["a."], "file", path=str(path)) == ["Not a ."]
     assert len(reads) == 1
     write(path, [json.dumps(["a.", "A not ."]), json.dumps(["b.", "B not ."])])
-    assert soft_negatives(["a."], "file", path=str(path)) == ["A not ."] and len(reads) == 2
+    assert negate_sentences(["a."], "file", path=str(path)) == ["A not ."] and len(reads) == 2
 
 
 @pytest.mark.parametrize(
@@ -395,7 +396,7 @@ def without_spacy(monkeypatch):
 
 def test_source_spacy_without_spacy_names_the_fix(without_spacy):
     for call in (
-        lambda: soft_negatives(["a."], "spacy"),
+        lambda: negate_sentences(["a."], "spacy"),
         lambda: check_soft_negative_source("spacy", None, "en_core_web_sm"),
     ):
         with pytest.raises(SentembConfigError) as err:
@@ -463,7 +464,7 @@ def fake_spacy(monkeypatch, tmp_path):
 def test_negate_spacy_applies_the_rule_to_each_parse(fake_spacy, tmp_path):
     sentences = [sentence for sentence, _, _ in PARSED]
     assert negate_spacy(sentences, model=str(tmp_path), batch_size=7) == [expected for _, _, expected in PARSED]
-    assert soft_negatives(sentences[:2], "spacy", spacy_model=str(tmp_path)) == [PARSED[0][2], PARSED[1][2]]
+    assert negate_sentences(sentences[:2], "spacy", spacy_model=str(tmp_path)) == [PARSED[0][2], PARSED[1][2]]
     assert fake_spacy == [(str(tmp_path), ("ner",))], "loaded once, its NER left out"
     check_soft_negative_source("spacy", None, str(tmp_path))
 
@@ -503,7 +504,7 @@ def test_the_command_writes_the_released_format_and_refuses_before_any_work(tmp_
         ["The sky is blue.", "The sky is not blue ."],
     ]
     assert read_negations(out) == {json.loads(line)[0]: json.loads(line)[1] for line in lines}
-    assert soft_negatives(["He plays chess"], "file", path=str(out)) == ["Not He plays chess"]
+    assert negate_sentences(["He plays chess"], "file", path=str(out)) == ["Not He plays chess"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.txt", "out"], "no run folder, no log"
     assert [p.name for p in out.parent.iterdir()] == ["neg.jsonl"], "no temporary file left"
 

@@ -571,10 +571,12 @@ NOT_CONFIG = {  # files read that are not configuration, each with why the rule 
     "(yaml.safe_load, strings only kept), compared with sentemb's to tell a whole export, never built or applied",
     ("sentemb/data/negation.py", "parse_line"): "SNCSE's negation file: data, each line checked to be a list of two "
     "strings (file:line), never configuration",
-    ("sentemb/data/labelled.py", "json_object"): "a labelled JSON-lines row: data, each field checked to be a "
-    "non-empty text or a finite score in range (file:line), never configuration",
+    ("sentemb/data/formats/json_lines.py", "json_object"): "a labelled JSON-lines row: data, each field checked to "
+    "be a non-empty text or a finite score in range (file:line), never configuration",
     ("sentemb/data/labelled.py", "read_file"): "a labelled file's rows (LabelledFile.read): data, checked as above",
-    ("sentemb/data/labelled.py", "read_labelled"): "a labelled file's rows (LabelledFile.read): data, checked as above",
+    ("sentemb/data/labelled.py", "read_labelled"): "a labelled set's rows (its data.set part's read): data, checked "
+    "as above",
+    ("sentemb/data/sets/base.py", "read"): "a labelled file's rows (LabelledFile.read): data, checked as above",
     ("sentemb/export.py", "write_export"): "conf/eval.yaml, sentemb's own shipped config (evaluate=true's settings); "
     "the results.json beside a checkpoint is read by model_card.own_results",
     ("sentemb/eval/model_card.py", "run_data"): "a run's .hydra/config.yaml (PyYAML's safe loader): its data node "

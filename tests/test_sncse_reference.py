@@ -18,7 +18,8 @@ import torch
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.hydra_plumbing import resolved_container
-from sentemb.data.views import SoftNegatives, ViewCollator, encode_views
+from sentemb.data.view_makers.negation import NegationView
+from sentemb.data.views import ViewCollator, ViewMakers, encode_views
 from sentemb.encoders.poolings.templates import PROMPTBERT_TEMPLATE, SNCSE_POSITIVE_TEMPLATE, SNCSE_REFERENCE_TEMPLATES
 from sentemb.training.checks import check_parts
 from sentemb.training.module import SentembModule
@@ -103,8 +104,8 @@ def sentemb_rows(overrides: list[str], model: str, negations: Path, tmp_path: Pa
     torch.manual_seed(0)
     module = SentembModule.from_config(cfg)
     tokenizer = module.encoder.tokenizer
-    views = SoftNegatives.from_config(resolved_container(cfg.auxiliary.sncse))
-    columns = encode_views(SENTENCES, range(len(SENTENCES)), tokenizer, MAX_LENGTH, soft_negatives=views)
+    views = ViewMakers.asked({"negation": resolved_container(cfg.auxiliary.sncse)})
+    columns = encode_views(SENTENCES, range(len(SENTENCES)), tokenizer, MAX_LENGTH, view_makers=views)
     batch = ViewCollator(tokenizer)([{k: v[i] for k, v in columns.items()} for i in range(len(SENTENCES))])
     rows = module.encoder.pooling.training_batch(dict(batch), tokenizer)
     real = zip(rows["input_ids"].tolist(), rows["attention_mask"].tolist(), strict=True)
@@ -168,6 +169,6 @@ def test_reference_settings_the_released_code_has_not_are_refused_before_any_mod
 
 def test_the_lookup_follows_the_convention_unless_set():
     node = {"source": "rule", "lookup_quirk": None}
-    assert SoftNegatives.from_config({**node, "convention": "reference"}).lookup_quirk is True
-    assert SoftNegatives.from_config({**node, "convention": "paper"}).lookup_quirk is False
-    assert SoftNegatives.from_config({**node, "lookup_quirk": True}).lookup_quirk is True
+    assert NegationView.from_options({**node, "convention": "reference"}).lookup_quirk is True
+    assert NegationView.from_options({**node, "convention": "paper"}).lookup_quirk is False
+    assert NegationView.from_options({**node, "lookup_quirk": True}).lookup_quirk is True

@@ -11,7 +11,7 @@ from sentemb.common.errors import SentembConfigError
 from sentemb.common.file_values import checked
 from sentemb.common.hydra_plumbing import resolved_container
 from sentemb.data.negation import negate_offline
-from sentemb.data.views import NEGATION
+from sentemb.data.view_makers.negation import NEGATION
 from sentemb.encoders.checkpoint import HPARAMS, HPARAMS_SHAPE
 from sentemb.encoders.poolings.templates import PROMPTBERT_TEMPLATE, SNCSE_POSITIVE_TEMPLATE
 from sentemb.training.auxiliary.sncse import bidirectional_margin

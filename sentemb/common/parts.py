@@ -35,6 +35,9 @@ KIND_PACKAGES = {
     "model.tokenizer": "sentemb.encoders.models",
     "negatives": "sentemb.training.negatives",
     "auxiliary": "sentemb.training.auxiliary",
+    "data.set": "sentemb.data.sets",  # where labelled rows come from (data.source): a file, or a built-in set
+    "data.format": "sentemb.data.formats",  # a labelled file's format, picked by its extension
+    "data.view": "sentemb.data.view_makers",  # the makers of the extra views training parts ask for, by role
 }
 KINDS = tuple(KIND_PACKAGES)
 ENCODERS, DECODERS, BOTH = "encoders", "decoders", "both"

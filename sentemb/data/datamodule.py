@@ -3,8 +3,9 @@
 The corpus is checked by `sentemb.data.corpus.check_corpus` before anything expensive (the
 pre-run checks call it), then read here through Hugging Face `datasets`, blank lines dropped
 and counted, tokenised once (max 32 tokens, SimCSE) and padded per batch. ESimCSE's word
-repetition (data.dup_rate) and SNCSE's soft negatives (the `soft_negatives` node) add a positive
-and a third view to each row, made with the tokens and each padded on its own (`sentemb.data.views`).
+repetition (data.dup_rate) and the extra views the training parts ask for (SNCSE's negation view: `data.view`
+parts, sentemb/data/view_makers/) add a positive and more views to each row, each padded on its own
+(`sentemb.data.views`).
 With data.streaming=true nothing is read up front: `sentemb.data.streaming` reads, shuffles and
 tokenises the corpus (and makes the views) as training goes.
 """
@@ -32,10 +33,10 @@ from sentemb.data.datamodule_checks import (  # noqa: F401 - the checks, importa
     check_corpus_fills_batch,
     check_labelled_options,
 )
-from sentemb.data.labelled import LabelledFile, encode_labelled, labelled_source, read_labelled
+from sentemb.data.labelled import encode_labelled, open_labelled, read_labelled
 from sentemb.data.repetition import check_dup_rate
 from sentemb.data.streaming import LabelledRowStream, ShuffledLineStream, StreamPosition
-from sentemb.data.views import SoftNegatives, ViewCollator, encode_views, view_makers
+from sentemb.data.views import ViewCollator, ViewMakers, encode_views
 
 log = logging.getLogger(__name__)
 
@@ -47,17 +48,17 @@ def tokenize_rows(
     max_length: int,
     dup_rate: float = 0.0,
     seed: int = 0,
-    soft_negatives: SoftNegatives | None = None,
+    view_makers: ViewMakers | None = None,
 ) -> dict:
     """A batch of corpus lines (rows `indices` of the non-blank corpus) → token ids truncated to `max_length`, and
-    the positive and soft-negative views when asked (`encode_views`), as `datasets.map(with_indices=True)` takes it."""
-    return encode_views(rows["text"], indices, tokenizer, max_length, dup_rate, seed, soft_negatives)
+    the positive and extra views when asked (`encode_views`), as `datasets.map(with_indices=True)` takes it."""
+    return encode_views(rows["text"], indices, tokenizer, max_length, dup_rate, seed, view_makers)
 
 
 class UnsupervisedTextDataModule(L.LightningDataModule):
     """Batches of tokenised sentences; the module encodes each batch twice (two dropout views), or its own views:
     with `dup_rate` > 0 ESimCSE's repeated copy as the positive, and the extra views the training parts ask for
-    (`views`: role → the asking part's options, `view_makers`; e.g. SNCSE's `negation`, made from its source, path,
+    (`views`: role → the asking part's options, `ViewMakers.asked`; e.g. SNCSE's `negation`, made from its source, path,
     lookup_quirk and spacy_model). The batch's keys: `sentemb.data.views`."""
 
     def __init__(
@@ -87,7 +88,7 @@ class UnsupervisedTextDataModule(L.LightningDataModule):
         self.streaming = streaming
         self.shuffle_buffer = shuffle_buffer
         self.dup_rate = dup_rate
-        self.soft_negatives = view_makers(views)
+        self.view_makers = ViewMakers.asked(views)
         self.train_set: Dataset | None = None
         self._resumed_position: dict | None = None
 
@@ -107,7 +108,7 @@ class UnsupervisedTextDataModule(L.LightningDataModule):
                 max_length=self.max_length,
                 dup_rate=self.dup_rate,
                 seed=self.seed if self.dup_rate > 0 else 0,  # without repetition a new seed reuses datasets' cache
-                soft_negatives=self.soft_negatives,
+                view_makers=self.view_makers,
             ),
             batched=True,
             with_indices=True,
@@ -173,7 +174,7 @@ class UnsupervisedTextDataModule(L.LightningDataModule):
         log.info("corpus %s: streamed (blank lines skipped as read)", self.corpus)
         return ShuffledLineStream(
             self.corpus, self.tokenizer, self.batch_size, self.max_length, self.seed,
-            self.shuffle_buffer if self.shuffle else None, dup_rate=self.dup_rate, soft_negatives=self.soft_negatives,
+            self.shuffle_buffer if self.shuffle else None, dup_rate=self.dup_rate, view_makers=self.view_makers,
             **self.share(),
         )  # fmt: skip
 
@@ -270,16 +271,12 @@ class LabelledDataModule(UnsupervisedTextDataModule):
 
     def stream(self) -> LabelledRowStream:
         """data.streaming=true: the file's rows, read, checked and tokenised as training goes, this rank's share."""
-        source = labelled_source(self.config)
-        log.info("labelled data %s: streamed (each row checked as read)", source.path)
+        opened = open_labelled(self.config)
+        log.info("labelled data %s: streamed (each row checked as read)", opened.path)
+        buffer = self.shuffle_buffer if self.shuffle else None
         return LabelledRowStream(
-            LabelledFile.open(
-                source.path, self.config["columns"], self.config["score_range"], source.required,
-                self.config["score_column"],
-            ),
-            self.tokenizer, self.batch_size, self.max_length, self.seed, self.shuffle_buffer if self.shuffle else None,
-            **self.share(),
-        )  # fmt: skip
+            opened, self.tokenizer, self.batch_size, self.max_length, self.seed, buffer, **self.share()
+        )
 
 
 def check_data_fields(data: Mapping[str, Any], labelled: bool, option: str | None = None) -> None:

@@ -8,8 +8,9 @@ from typing import Any
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.numbers import Bounds, is_whole, require_whole
+from sentemb.common.parts import names
 from sentemb.data.corpus import CorpusReport
-from sentemb.data.labelled import STREAMED_SOURCES
+from sentemb.data.labelled import source_part
 
 # each step scores a batch x batch similarity matrix: 64 GiB of float32 at 2^17, 4x CLIP's batch of 32,768
 MAX_BATCH_SIZE = 2**17
@@ -85,10 +86,11 @@ def check_labelled_options(
             "unlabelled sentence, and a labelled row has its own. Fix: data.dup_rate=0 (negatives=momentum keeps "
             "ESimCSE's queue)"
         )
-    if streaming and (source or "file") not in STREAMED_SOURCES:
+    if streaming and not source_part(source).streams:
+        streamed = ", ".join(f"data={name}" for name in streamed_sets())
         raise SentembConfigError(
             f"data.streaming=true with data.source={source}: a built-in set is small and read whole; a file is "
-            "streamed (data=labelled, data=nli). Fix: data.streaming=false"
+            f"streamed (data=labelled, {streamed}). Fix: data.streaming=false"
         )
     if views:
         raise SentembConfigError(
@@ -97,14 +99,17 @@ def check_labelled_options(
         )
 
 
-# a built-in set's score scale, fixed by its reader (sentemb.data.labelled): the only data.score_range it takes
-BUILT_IN_SCORES = {"stsb_train": [0, 5]}
+def streamed_sets() -> list[str]:
+    """The built-in sets data.streaming=true reads as training goes (files, as data=labelled's)."""
+    return names("data.set", lambda entry: entry.build.built_in and entry.build.streams)
 
 
 def check_built_in_keys(source: str, columns: Sequence[str] | None, score_range: Sequence[float] | None) -> None:
-    """A built-in set (data=stsb_train, sick_nli, mrpc) is read by its own reader, which reads neither data.columns
-    nor data.score_range: a value it would ignore (stsb_train's [0,1] trained on 0-5) is refused, naming the key."""
-    if source in STREAMED_SOURCES:  # a file: its reader reads both
+    """A built-in set read by its own reader (data=stsb_train, sick_nli, mrpc: its `reads_columns` false) reads
+    neither data.columns nor data.score_range: a value it would ignore (stsb_train's [0,1] trained on 0-5) is refused,
+    naming the key."""
+    declared = source_part(source)
+    if declared.reads_columns:  # a file: its reader reads both
         return
     if columns is not None:
         raise SentembConfigError(
@@ -112,11 +117,13 @@ def check_built_in_keys(source: str, columns: Sequence[str] | None, score_range:
             f"does not read data.columns. Fix: drop it (data.columns=null), or data=labelled data.path=<your file> "
             "with those columns"
         )
-    scale = BUILT_IN_SCORES.get(source)
+    # its score scale, fixed by its reader: the only data.score_range it takes
+    scale = None if declared.score_range is None else list(declared.score_range)
     given = None if score_range is None else list(score_range)
     if given is not None and given != scale:
-        has = f"its scores are {scale[0]}-{scale[1]}, read on that scale" if scale else "it holds no scores"
-        keep = f"data.score_range={scale}".replace(" ", "") if scale else "data.score_range=null"
+        low, high = (f"{end:g}" for end in scale) if scale else ("", "")
+        has = f"its scores are {low}-{high}, read on that scale" if scale else "it holds no scores"
+        keep = f"data.score_range=[{low},{high}]" if scale else "data.score_range=null"
         raise SentembConfigError(
             f"data.score_range={given} with data={source}: {has}, and its reader does not read data.score_range. "
             f"Fix: {keep}, or data=labelled data.path=<your scored file> data.score_range={given}"

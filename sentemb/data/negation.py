@@ -1,6 +1,6 @@
 """SNCSE's soft negatives: each training sentence's negation (Wang et al. 2022, Sense-GVT/SNCSE).
 
-Three sources, one entry point (`soft_negatives`, which the data pipeline calls):
+Three sources, one entry point (`negate_sentences`, which the `negation` view maker calls):
 - ``spacy``: the released rule (Sense-GVT/SNCSE, generate_soft_negative_samples.py) on spaCy's parse
   (`negate_spacy`, the rule itself `negate_parsed`); spaCy is an optional extra (``pip install 'sentemb[spacy]'``)
   and its English pipeline a separate download (``python -m spacy download en_core_web_sm``);
@@ -505,12 +505,12 @@ def quirk_lookup(sentence: str, table: dict[str, str]) -> str:
     lookup (`with_final_period`; the file's keys are the sentences as they are), so it misses and falls back to
     "Not " + sentence + " ."; a sentence missing from the table falls back to "Not " + sentence; and a negation
     whose stripped form does not end in punctuation gets " ." appended. (train_SNCSE.py appends the same " ." to the
-    sentence's own two views: `SoftNegatives.anchors` under auxiliary.sncse.convention=reference.)"""
+    sentence's own two views: `NegationView.anchors` under auxiliary.sncse.convention=reference.)"""
     key = with_final_period(sentence)
     return with_final_period(table.get(key, "Not " + key))
 
 
-def soft_negatives(
+def negate_sentences(
     sentences: list[str],
     source: str,
     path: str | None = None,

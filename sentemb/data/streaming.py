@@ -14,7 +14,7 @@ with other lines in another order.
 
 The views (`sentemb.data.views`) are made per batch as it is read: each line carries its index among the
 corpus's non-blank lines (numbered before the shuffle, so the in-memory corpus numbers it alike), which seeds its
-word repetition (data.dup_rate); soft negatives are the negations of the batch's lines.
+word repetition (data.dup_rate); an extra view (`sentemb.data.view_makers`) is made from the batch's lines.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from sentemb.data.corpus import undecodable_line_error
 from sentemb.data.labelled import SCORES, TEXT_IDS, LabelledFile, LabelledSet, encode_labelled, labelled_roles
 from sentemb.data.sentence_cut import char_limit, cut_texts
 from sentemb.data.streaming_checks import MAX_SHUFFLE_BUFFER, check_streaming  # noqa: F401 - importable here as before
-from sentemb.data.views import SoftNegatives, encode_views
+from sentemb.data.views import ViewMakers, encode_views
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class ShuffledLineStream(IterableDataset):
         world_size: int = 1,
         epoch: Callable[[], int] = lambda: 0,
         dup_rate: float = 0.0,
-        soft_negatives: SoftNegatives | None = None,
+        view_makers: ViewMakers | None = None,
     ) -> None:
         super().__init__()
         self.corpus = Path(corpus)
@@ -87,7 +87,7 @@ class ShuffledLineStream(IterableDataset):
         self.epoch = epoch  # asked at each new iteration (Lightning iterates the loader once an epoch)
         self.resume_at: StreamPosition | None = None
         self.dup_rate = dup_rate
-        self.soft_negatives = soft_negatives
+        self.view_makers = view_makers
 
     def batches(self, position: StreamPosition) -> Iterator[list[str]]:
         """This rank's batches of lines from `position` on (not tokenised)."""
@@ -116,7 +116,7 @@ class ShuffledLineStream(IterableDataset):
         position, self.resume_at = self.resume_at or StreamPosition(self.epoch(), 0), None
         for lines, indices in self.numbered_batches(position):
             encoded = encode_views(
-                lines, indices, self.tokenizer, self.max_length, self.dup_rate, self.seed, self.soft_negatives
+                lines, indices, self.tokenizer, self.max_length, self.dup_rate, self.seed, self.view_makers
             )
             for index in range(len(lines)):
                 yield {key: values[index] for key, values in encoded.items()}

@@ -26,7 +26,7 @@ from sentemb.common.parts import declared_part
 from sentemb.common.paths import absolute_data_paths, resolve_data_root
 from sentemb.data.corpus import HEAD_LINES, CorpusReport, check_corpus
 from sentemb.data.datamodule_checks import check_batching, check_corpus_fills_batch, check_labelled_options
-from sentemb.data.labelled import LabelledSet, read_labelled
+from sentemb.data.labelled import LabelledSet, read_labelled, scored_sets
 from sentemb.data.repetition import check_dup_rate
 from sentemb.data.streaming_checks import check_streaming
 from sentemb.training.callback_checks import check_eval_settings
@@ -134,8 +134,9 @@ def refuse_scored_loss(loss: Mapping[str, Any], why: str) -> None:
     from sentemb.losses.registry import declared_loss
 
     if declared_loss(loss).scores_refusal(loss, scored=False):
+        built_in = "".join(f"data={name}, or " for name in scored_sets())
         raise SentembConfigError(
-            f"loss={loss.get('name')} learns from scored pairs, but {why}. Fix: scored pairs (data=stsb_train, or "
+            f"loss={loss.get('name')} learns from scored pairs, but {why}. Fix: scored pairs ({built_in}"
             "data=labelled with a sentence1,sentence2,score file and data.score_range), or a loss of pairs and "
             "negatives (loss=infonce)"
         )

@@ -43,12 +43,12 @@ from torch import nn
 from transformers import AutoModelForMaskedLM, AutoTokenizer, BertConfig, BertForMaskedLM, PreTrainedTokenizerBase
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.numbers import NON_NEGATIVE, OPEN_UNIT, require_number
 from sentemb.common.parts import ENCODERS, TRAINS_ONLY, part
 from sentemb.encoders.models.backbones import NO_REMOTE_CODE, check_model_source
 from sentemb.encoders.models.frozen import FrozenModel
 from sentemb.encoders.models.model_files import transformers_refusals
 from sentemb.encoders.poolings.base import AroundPooling, Pooling, TrainingViews, split_views
-from sentemb.losses.base import NON_NEGATIVE, OPEN_UNIT, require_number
 
 CONVENTIONS = ("paper", "reference")
 BUILT_IN_GENERATORS = ("uniform", "tiny")

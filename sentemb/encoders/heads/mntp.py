@@ -29,9 +29,9 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.numbers import NON_NEGATIVE, OPEN_UNIT, Bounds, require_number
 from sentemb.common.parts import DECODERS, TRAINS_ONLY, part
 from sentemb.encoders.poolings.base import AroundPooling, Pooling, TrainingViews
-from sentemb.losses.base import NON_NEGATIVE, OPEN_UNIT, Bounds, require_number
 
 IGNORE = -100  # transformers' label for "not scored"
 LABELS = "mntp_labels"  # the prepared batch's key: each row's original token where it is scored, else IGNORE

@@ -36,10 +36,10 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.numbers import NON_NEGATIVE, Bounds, require_number, require_whole
 from sentemb.common.parts import ENCODERS, part
 from sentemb.common.published_files import published
 from sentemb.encoders.poolings.base import Pooling
-from sentemb.losses.base import NON_NEGATIVE, Bounds, require_number, require_whole
 
 log = logging.getLogger(__name__)
 KERNELS = (3, 4, 5)

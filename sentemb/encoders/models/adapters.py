@@ -18,7 +18,7 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from sentemb.common.errors import SentembConfigError
-from sentemb.losses.base import POSITIVE, Bounds, require_number, require_whole
+from sentemb.common.numbers import POSITIVE, Bounds, require_number, require_whole
 
 ADAPTER_KEYS = ("r", "alpha", "dropout", "target_modules")
 MAX_RANK = 16384  # the widest published models' hidden size (a LoRA of rank r adds r x width per matrix)

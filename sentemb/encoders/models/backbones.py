@@ -28,10 +28,10 @@ from transformers import (
 )
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.numbers import Bounds, require_number
 from sentemb.common.parts import ENCODERS, part
 from sentemb.encoders.models.families import family_of
 from sentemb.encoders.models.model_files import check_model_files, transformers_refusals
-from sentemb.losses.base import Bounds, require_number
 
 
 def packaged_model_path(package: str) -> str:

@@ -18,7 +18,7 @@ import torch
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.file_values import parse_json
 from sentemb.common.memory import allowed_bytes, in_gib
-from sentemb.losses.base import Bounds, require_whole
+from sentemb.common.numbers import Bounds, require_whole
 
 MODEL_CONFIG, TOKENIZER_CONFIG = "config.json", "tokenizer_config.json"
 SAFE_WEIGHTS = "model.safetensors"

@@ -23,12 +23,12 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.numbers import Bounds, require_whole
 from sentemb.common.parts import part
 from sentemb.encoders.models.model_files import SIZE_LIMITS
 from sentemb.encoders.poolings.base import Pooling
 from sentemb.encoders.poolings.templates import check_room, model_max_length, real_ids
 from sentemb.encoders.serving.onnx_embedder import prepared_rows
-from sentemb.losses.base import Bounds, require_whole
 
 MAX_LATENTS = 65536  # 128x NV-Embed's 512
 PROMPTEOL_TEMPLATE = 'This sentence : "[X]" means in one word:"'

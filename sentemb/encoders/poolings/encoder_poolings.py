@@ -17,6 +17,7 @@ from transformers import PreTrainedTokenizerBase
 
 from sentemb.common.batch_views import training_view_batches
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.numbers import POSITIVE, require_number
 from sentemb.common.parts import ENCODERS, NATIVE, part
 from sentemb.encoders.poolings.base import Pooling, refuse_head
 from sentemb.encoders.poolings.templates import (
@@ -29,7 +30,6 @@ from sentemb.encoders.poolings.templates import (
     rebatch,
 )
 from sentemb.encoders.serving.onnx_embedder import prepared_rows
-from sentemb.losses.base import POSITIVE, require_number
 
 MLP_ACTIVATIONS = ("after", "before", "none")
 

@@ -28,6 +28,7 @@ from transformers import PreTrainedTokenizerBase
 
 from sentemb.common.batch_views import training_view_batches
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.numbers import POSITIVE, Bounds, require_number
 from sentemb.common.parts import ENCODERS, part
 from sentemb.encoders.poolings.base import Pooling, TrainingViews, refuse_head, split_views
 from sentemb.encoders.poolings.encoder_poolings import CLSPooling, PromptPooling
@@ -39,7 +40,6 @@ from sentemb.encoders.poolings.templates import (
     real_ids,
     rebatch,
 )
-from sentemb.losses.base import POSITIVE, Bounds, require_number
 
 
 def slice_content(content: list[int], slice_len: int) -> list[list[int]]:

@@ -51,21 +51,13 @@ from torch import nn
 from sentemb.common.batch_views import training_view_batches
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.memory import in_gib
+from sentemb.common.numbers import NON_NEGATIVE, POSITIVE, Bounds, require_number, require_whole
 from sentemb.common.parts import lookup, part
 from sentemb.encoders.encoder import BACKBONE_INPUTS
 from sentemb.encoders.models.backbones import declared_hidden_size
 from sentemb.encoders.models.frozen import FrozenModel
 from sentemb.encoders.models.model_files import memory_short_of
-from sentemb.losses.base import (
-    NON_NEGATIVE,
-    POSITIVE,
-    Bounds,
-    LazyStats,
-    LossOutput,
-    normalize,
-    require_number,
-    require_whole,
-)
+from sentemb.losses.base import LazyStats, LossOutput, normalize
 from sentemb.losses.geometry import paradigm_stats
 from sentemb.losses.registry import negatives_losses
 from sentemb.training.distributed import world_size
