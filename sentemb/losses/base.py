@@ -178,7 +178,8 @@ class Objective(nn.Module):
     def learning_need(cls, config: Mapping[str, Any]) -> str | None:
         """What the rows must hold for this loss, configured by `config`, to learn (`learns_from`); read from the class
         and the config only. In-batch negatives are asked only where duplicates are masked out of them: a loss that
-        takes extra negatives (training/module.py's `masks_duplicates`); else a duplicate is scored as a negative."""
+        takes extra negatives (the step masks duplicates for it: `Objective.takes_negatives`); else a duplicate is
+        scored as a negative."""
         if cls.learns_from == IN_BATCH_NEGATIVES and cls.negatives_refusal(config) is not None:
             return None
         return cls.learns_from

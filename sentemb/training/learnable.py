@@ -1,12 +1,11 @@
 """Whether the chosen loss can learn from the labelled rows: refused before the run where it would be 0 at every step.
 
 Each loss declares what it learns from (`Objective.learns_from`, read through `learning_need`): a contrastive loss
-with a negatives' denominator needs in-batch negatives, which a labelled batch masks where they duplicate the anchor's
-own texts (training/labelled_views.py: another row's positive is masked when it is the anchor's anchor or positive
-text, or that row has the same anchor; a hard negative when it is the anchor's anchor or positive text); a ranking
-loss (CoSENT, AnglE) needs two pairs of unequal scores. Any two rows may meet in a batch (the rows are shuffled), so
-a refusal here is certain: no batch, in any order, holds what the loss needs.
-"""
+with a negatives' denominator needs in-batch negatives, which a labelled batch masks where they duplicate the
+anchor's own texts (losses/inputs.py, `duplicate_mask`: another row's positive is masked when it is the anchor's
+anchor or positive text, or that row has the same anchor; a hard negative when it is the anchor's anchor or positive
+text); a ranking loss (CoSENT, AnglE) needs two pairs of unequal scores. Any two rows may meet in a batch (the rows
+are shuffled), so a refusal here is certain: no batch, in any order, holds what the loss needs."""
 
 from __future__ import annotations
 
