@@ -378,6 +378,16 @@ class LocalGap(PositiveGap):
     label = "local"
 
 
+class ShortRowsOnly(PositiveGap):
+    """A term that refuses data it cannot use, from the data config its check is given."""
+
+    label = "short_rows"
+
+    def check_config(self, cfg: dict) -> None:
+        if cfg["data"]["max_length"] > 16:
+            raise SentembConfigError(f"auxiliary=short_rows with data.max_length={cfg['data']['max_length']}: > 16")
+
+
 class RowsWithHardNegative(L.Callback):
     """The rows of each training batch that have a first hard negative, beside what the term saw that step."""
 
@@ -474,6 +484,10 @@ def test_a_term_is_refused_before_any_model_loads_for_a_view_the_data_lacks_or_a
     part("auxiliary", "local_gap")(LocalGap)
     with pytest.raises(SentembConfigError, match=r"train/loss/local, which is pooling=hicl's own term"):
         prepare_run(compose_train([*overrides, "pooling=hicl", "auxiliary=[local_gap]"], tmp_path))
+    (conf_dir / "auxiliary" / "short_rows.yaml").write_text("# @package auxiliary.short_rows\nname: short_rows\n")
+    part("auxiliary", "short_rows")(ShortRowsOnly)
+    with pytest.raises(SentembConfigError, match=r"auxiliary=short_rows with data.max_length=32: > 16"):
+        prepare_run(compose_train([*overrides, "auxiliary=[short_rows]"], tmp_path))
 
 
 # ---------------------------------------------------------------------------------------------- data parts
