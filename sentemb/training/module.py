@@ -237,6 +237,8 @@ class SentembModule(CheckpointContents, L.LightningModule):
             rows = self.grad_cache.cached_rows(self.encoder, prepared)
             views = self.encoder.pooling.training_views(rows, prepared, batch["input_ids"].shape[0])
             views = views.named(view_roles(batch))
+        if not any(term.reads for term in self.auxiliary):  # only a term reading a view asks which rows have it
+            return views
         return replace(views, present=present_rows(batch, views))
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
