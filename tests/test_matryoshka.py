@@ -1,0 +1,71 @@
+"""Matryoshka sizes around any loss (sentemb/losses/matryoshka.py): the sum of the loss over each prefix."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sentemb.common.errors import SentembConfigError
+from sentemb.losses import build
+from sentemb.losses.matryoshka import Matryoshka, check_dims
+
+
+def views(n: int = 6, d: int = 16, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    z1 = torch.randn(n, d, generator=gen, dtype=torch.float64)
+    return (
+        z1,
+        z1 + 0.5 * torch.randn(n, d, generator=gen, dtype=torch.float64),
+        torch.randn(3, d, generator=gen, dtype=torch.float64),
+    )
+
+
+def test_one_size_at_the_full_width_is_the_loss_itself():
+    z1, z2, _ = views()
+    inner = build("infonce")
+    assert torch.equal(Matryoshka(inner, [16])(z1, z2).loss, inner(z1, z2).loss)  # the same computation
+
+
+@pytest.mark.parametrize("name", ["infonce", "mmhe", "barlow"])
+def test_the_loss_is_the_weighted_sum_over_the_prefixes(name):
+    z1, z2, _ = views()
+    inner = build(name)
+    out = Matryoshka(inner, [16, 8, 4], [1.0, 0.5, 0.25])(z1, z2)
+    expected = inner(z1, z2).loss + 0.5 * inner(z1[:, :8], z2[:, :8]).loss + 0.25 * inner(z1[:, :4], z2[:, :4]).loss
+    # float64, the same terms summed in the same order
+    assert torch.equal(out.loss, expected)
+    assert set(out.terms) == {"dim_16", "dim_8", "dim_4"}
+
+
+def test_every_role_is_cut_and_the_masks_kept():
+    z1, z2, queue = views()
+    hard = (torch.randn(6, 16, dtype=torch.float64),)
+    inner = build("infonce", hard_negative_weight=0.5)
+    out = Matryoshka(inner, [16, 8])(z1, z2, queue, hard_negatives=hard)
+    small = inner(z1[:, :8], z2[:, :8], queue[:, :8], hard_negatives=(hard[0][:, :8],)).loss
+    assert torch.equal(out.loss, inner(z1, z2, queue, hard_negatives=hard).loss + small)
+
+
+def test_what_the_inner_loss_refuses_is_refused():
+    z1, z2, queue = views()
+    with pytest.raises(SentembConfigError, match="takes no extra negatives"):
+        Matryoshka(build("barlow"), [16, 8])(z1, z2, queue)
+
+
+@pytest.mark.parametrize(
+    ("dims", "weights", "width", "message"),
+    [
+        ([8, 16], None, None, "not strictly descending"),
+        ([16, 16], None, None, "not strictly descending"),
+        ([32, 8], None, 16, "wider than the sentence vector"),
+        ([16, 0], None, None, r"matryoshka.dims\[1\]"),
+        ([16, 8.5], None, None, r"matryoshka.dims\[1\]"),
+        ([], None, None, "must be a list of sizes"),
+        ([16, 8], [1.0], None, "one weight per size"),
+        ([16, 8], [0, 0], None, "all 0"),
+        ([16, 8], [1.0, -1.0], None, r"matryoshka.weights\[1\]"),
+    ],
+)
+def test_sizes_and_weights_are_checked(dims, weights, width, message):
+    with pytest.raises(SentembConfigError, match=message):
+        check_dims(dims, weights, width)
