@@ -8,6 +8,9 @@ import torch
 from sentemb.common.errors import SentembConfigError
 from sentemb.losses import build
 from sentemb.losses.matryoshka import Matryoshka, check_dims
+from sentemb.training.checks import prepare_run
+from tests.conftest import compose_train
+from tests.test_train import run
 
 
 def views(n: int = 6, d: int = 16, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -69,3 +72,14 @@ def test_what_the_inner_loss_refuses_is_refused():
 def test_sizes_and_weights_are_checked(dims, weights, width, message):
     with pytest.raises(SentembConfigError, match=message):
         check_dims(dims, weights, width)
+
+
+def test_a_run_trains_and_logs_every_size(tiny_overrides, tmp_path):
+    run([*tiny_overrides, "matryoshka.dims=[32,16,8]", "matryoshka.weights=[1.0,1.0,0.5]"], tmp_path)
+    header = next((tmp_path / "csv").rglob("metrics.csv")).read_text().splitlines()[0]
+    assert all(f"train/loss/dim_{size}" in header for size in (32, 16, 8))
+
+
+def test_a_size_wider_than_the_model_is_refused_before_it_loads(tiny_overrides, tmp_path, forbid_model_loading):
+    with pytest.raises(SentembConfigError, match=r"64 is wider than the sentence vector \(32\)"):
+        prepare_run(compose_train([*tiny_overrides, "matryoshka.dims=[64,16]"], tmp_path))

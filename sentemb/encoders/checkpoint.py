@@ -38,6 +38,7 @@ HPARAMS = (
     "adapter",
     "negatives",  # a negatives part (sentemb/training/negatives/)
     "auxiliary",  # an auxiliary term (sentemb/training/auxiliary/)
+    "matryoshka",  # Matryoshka sizes around the loss (sentemb/losses/matryoshka.py)
 )
 RETIRED_HPARAMS = ("gather_negatives",)  # saved by older checkpoints, read by nothing now
 RENAMED_HPARAMS = {"soft_negatives": "auxiliary"}  # older checkpoints' names of today's hyper-parameters

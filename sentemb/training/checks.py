@@ -301,11 +301,24 @@ def check_built_parts(cfg: DictConfig) -> None:
     if parts.model.decoder and (parts.head is None or parts.head.options.get("contrastive", True)):
         warn_without_dropout(parts.model.raw)  # MNTP alone trains without dropout on purpose
     check_grad_cache(cfg.get("grad_cache"), cfg.data.batch_size)
+    check_matryoshka(resolved_container(cfg.get("matryoshka")), resolved_container(cfg.model), head)
     check_data_fields(cfg.data, is_labelled(cfg.data), choices.get("data"))  # a key the datamodule would not take
     check_sharding(cfg)  # trainer=fsdp: several processes, a precision FSDP2 takes
     named = f"pooling={parts.pooling.name}" + (f" with head={parts.head.name}" if parts.head is not None else "")
     check_step_parts(cfg, pooling.own_term_labels(), named)
     check_warmup_ratio(resolved_container(cfg.get("scheduler")))
+
+
+def check_matryoshka(matryoshka: Mapping[str, Any] | None, model: Mapping[str, Any], head: Any = None) -> None:
+    """matryoshka.dims and .weights, the largest size within the sentence vector's width where it is known before the
+    model loads (a head's own output_size, else the backbone's declared hidden size)."""
+    if not matryoshka or matryoshka.get("dims") is None:
+        return
+    from sentemb.encoders.models.backbones import declared_hidden_size
+    from sentemb.losses.matryoshka import check_dims
+
+    width = getattr(head, "output_size", None) if head is not None else None
+    check_dims(matryoshka["dims"], matryoshka.get("weights"), width or declared_hidden_size(model))
 
 
 # the part kinds a step adds to the encoder and loss (training/module.py), each with the base its parts subclass

@@ -34,6 +34,7 @@ from sentemb.encoders.part_configs import build_part, checked_part
 from sentemb.encoders.poolings.base import TrainingViews
 from sentemb.losses import LossOutput
 from sentemb.losses.base import LazyStats, Objective
+from sentemb.losses.matryoshka import Matryoshka
 from sentemb.training.auxiliary import AuxiliaryTerm
 from sentemb.training.auxiliary_checks import auxiliary_nodes
 from sentemb.training.checkpoints import CheckpointContents
@@ -68,6 +69,7 @@ class SentembModule(CheckpointContents, L.LightningModule):
         adapter: dict[str, Any] | None = None,
         negatives: dict[str, Any] | None = None,
         auxiliary: list[dict[str, Any]] | dict[str, Any] | None = None,
+        matryoshka: dict[str, Any] | None = None,
         **stored: Any,
     ) -> None:
         super().__init__()
@@ -91,6 +93,8 @@ class SentembModule(CheckpointContents, L.LightningModule):
         if compile:  # in place: parameter names (and checkpoints) stay those of the eager backbone
             self.encoder.backbone.compile(dynamic=True)  # dynamic: every batch packs another number of tokens
         self.loss: Objective = build_part("loss", loss)  # a registered objective by name (sentemb.common.parts)
+        if matryoshka and matryoshka.get("dims"):  # the loss over each prefix of the embeddings (Kusupati et al. 2022)
+            self.loss = Matryoshka(self.loss, matryoshka["dims"], matryoshka.get("weights"))
         self.grad_cache = GradCache.from_config(grad_cache)  # null, a sentence count, or {sentences, tokens}
         # from_pretrained returns the backbone in eval mode and Lightning keeps submodule modes:
         # without this, dropout is off and the two views are identical (no SimCSE at all)
