@@ -10,6 +10,7 @@ What you can run (each module at this level is one command):
     python -m sentemb.analysis       the paradigm paper's simulated component maps (Figures 2-4)
     python -m sentemb.download       the full wiki1m corpus and SentEval data into ./data (make data)
     python -m sentemb.negate         SNCSE's soft negatives: each corpus line's negation, as JSON lines
+    python -m sentemb.mine           hard negatives for your (anchor, positive) pairs, as sentence-transformers mines
     python -m sentemb.mteb_sts       MTEB's English STS tasks on an exported folder (make mteb)
 
 `sentemb.st_modules` is the sentence-transformers module that exported folders name. The library

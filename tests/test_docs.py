@@ -40,7 +40,7 @@ from sentemb.common.paths import CONF_DIR, PROJECT_ROOT
 
 PAGES = [PROJECT_ROOT / "README.md", *sorted((PROJECT_ROOT / "docs").glob("*.md"))]
 # the Hydra commands of sentemb → the config each composes (conf/<name>.yaml)
-CONFIGS = {"train": "train", "evaluate": "eval", "export": "export", "negate": "negate"}
+CONFIGS = {"train": "train", "evaluate": "eval", "export": "export", "negate": "negate", "mine": "mine"}
 FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
 HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)(?:\s+#+)?\s*$")
 # [text](target) and ![alt](target), with an optional "title"; [label]: target definitions

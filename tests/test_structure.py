@@ -18,7 +18,18 @@ import sentemb
 from sentemb.common.paths import PROJECT_ROOT
 
 PACKAGE = PROJECT_ROOT / "sentemb"
-COMMANDS = {"train", "evaluate", "export", "analysis", "sweep_report", "compare", "download", "mteb_sts", "negate"}
+COMMANDS = {
+    "train",
+    "evaluate",
+    "export",
+    "analysis",
+    "sweep_report",
+    "compare",
+    "download",
+    "mteb_sts",
+    "negate",
+    "mine",
+}
 
 
 def module_name(path: Path) -> str:
