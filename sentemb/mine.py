@@ -10,7 +10,6 @@ temporary file beside `out` and renamed into place once whole (sentemb.common.pu
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
@@ -70,12 +69,13 @@ def mine(cfg: DictConfig) -> dict[str, Any]:
 
 def report(summary: dict[str, Any]) -> str:
     dropped = ", ".join(f"{rule} {count:,}" for rule, count in summary["candidates_dropped"].items())
+    seconds = ", ".join(f"{stage} {value:.2f}" for stage, value in summary["seconds"].items())
     return (
         f"mine: {summary['rows_written']:,} {summary['output']} rows written to {summary['out']} "
         f"({summary['pairs_with_all_negatives']:,} of {summary['pairs_mined']:,} pairs found all their negatives; "
         f"{summary['seconds']['total']:.1f} s)\n"
         f"mine: candidates dropped: {dropped}\n"
-        f"mine: summary in {summary['out']}.summary.json\n{json.dumps(summary['seconds'])}"
+        f"mine: seconds: {seconds}; summary in {summary['out']}.summary.json"
     )
 
 
