@@ -144,6 +144,20 @@ def check_model(model: Mapping[str, Any]) -> None:
             key = "model.name_or_path" if source == model.get("name_or_path") else f"model.{loader}.name_or_path"
             check_model_source(str(source), key, needs)
     check_backbone_options(model.get("dropout"), model.get("trainable_layers"))
+    check_kept_layers_exist(model)
+
+
+def check_kept_layers_exist(model: Mapping[str, Any]) -> None:
+    """model.keep_layers: its form, and its indices against the layer count the loader's options or the model's stored
+    config.json declare (a hub model not cached yet: checked once its config is read, before its weights)."""
+    from sentemb.encoders.models.layer_selection import check_keep_layers, check_keep_layers_fit, declared_layer_count
+    from sentemb.encoders.part_configs import checked_part, plain
+
+    keep = check_keep_layers(plain(model.get("keep_layers")))
+    if keep is not None:
+        backbone = checked_part("model.backbone", model.get("backbone"))
+        name = model.get("name_or_path") or f"model.backbone.name={backbone.name}"
+        check_keep_layers_fit(keep, declared_layer_count(backbone), str(name))
 
 
 def cached_snapshot(name_or_path: str, needs: tuple[str, ...] = BACKBONE_FILES) -> Path | None:
