@@ -157,9 +157,8 @@ def test_a_hub_models_layer_count_is_checked_once_its_config_is_read_before_its_
     import transformers
 
     import sentemb.encoders.models.backbones as backbones
-    import sentemb.encoders.models.layer_selection as selection
 
-    monkeypatch.setattr(selection, "declared_layer_count", lambda backbone: None)
+    monkeypatch.setattr(backbones, "declared_layer_count", lambda backbone, stored: None)
     monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", lambda *a, **k: BertConfig(num_hidden_layers=12))
     monkeypatch.setattr(backbones, "pretrained_backbone", lambda **_: pytest.fail("weights loaded"))
     model = {

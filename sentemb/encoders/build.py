@@ -31,9 +31,14 @@ from sentemb.encoders.models.adapters import (
     merged,
     with_adapter,
 )
-from sentemb.encoders.models.backbones import check_model, freeze_all_but_top_layers, usable_positions
+from sentemb.encoders.models.backbones import (
+    check_model,
+    freeze_all_but_top_layers,
+    read_layer_count,
+    usable_positions,
+)
 from sentemb.encoders.models.decoders import check_attention_direction
-from sentemb.encoders.models.layer_selection import check_keep_layers_fit, keep_only_layers, read_layer_count
+from sentemb.encoders.models.layer_selection import check_keep_layers_fit, keep_only_layers
 from sentemb.encoders.part_configs import EncoderConfig, ModelConfig, checked_part
 
 

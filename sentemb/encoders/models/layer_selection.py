@@ -16,7 +16,7 @@ else right after the config is read (build_encoder).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from torch import nn
@@ -61,36 +61,17 @@ def check_keep_layers_fit(keep: Sequence[int] | None, count: int | None, model: 
     )
 
 
-def declared_layer_count(backbone: PartConfig) -> int | None:
+def declared_layer_count(backbone: PartConfig, stored_config: Callable[[str], Any]) -> int | None:
     """The backbone's layer count before it loads: a model built from its options (tiny_*): its num_hidden_layers
-    option or the loader's default; a folder or cached hub model: its config.json's; None where neither says."""
+    option or the loader's default; a folder or cached hub model: its config.json's (`stored_config`, read alone);
+    None where neither says."""
     options = backbone.options
     if "name_or_path" in options:
-        from sentemb.encoders.models.backbones import stored_config
-
-        config = stored_config(str(options["name_or_path"]))
-        return whole(getattr(config, "num_hidden_layers", None))
+        return whole(getattr(stored_config(str(options["name_or_path"])), "num_hidden_layers", None))
     if "num_hidden_layers" in options:
         return whole(options["num_hidden_layers"])
     parameter = inspect.signature(backbone.entry.build).parameters.get("num_hidden_layers")
     return whole(parameter.default) if parameter is not None else None
-
-
-def read_layer_count(backbone: PartConfig) -> int | None:
-    """`declared_layer_count`, else a hub model's config.json fetched alone (no weights): the count build_encoder
-    checks the indices against before the weights load."""
-    count = declared_layer_count(backbone)
-    name = backbone.options.get("name_or_path")
-    if count is not None or name is None:
-        return count
-    from transformers import AutoConfig
-
-    from sentemb.encoders.models.backbones import NO_REMOTE_CODE, _offline_if_unreachable
-    from sentemb.encoders.models.model_files import transformers_refusals
-
-    with transformers_refusals(str(name), "model.name_or_path"):
-        config = AutoConfig.from_pretrained(str(name), **NO_REMOTE_CODE, **_offline_if_unreachable(str(name)))
-    return whole(getattr(config, "num_hidden_layers", None))
 
 
 def whole(value: object) -> int | None:
