@@ -111,3 +111,22 @@ def test_denoise_false_is_the_pooling_as_it_was(tokenizer):
         hidden = encoder.backbone(**inputs).last_hidden_state
         expected = encoder.pooling.mlp(hidden[torch.arange(hidden.shape[0]), prepared["mask_position"]])
     assert torch.equal(torch.cat(views.embeddings), expected)
+
+
+def test_the_promptbert_preset_holds_the_released_unsup_bert_settings(tmp_path):
+    from tests.conftest import compose_train
+
+    cfg = compose_train(["experiment=prompt/promptbert_bert_base"], tmp_path)
+    assert cfg.model.name_or_path == "bert-base-uncased" and cfg.loss.name == "infonce"
+    assert (cfg.pooling.name, cfg.pooling.template, cfg.pooling.positive_template) == ("prompt", TEMPLATE, TEMPLATE2)
+    assert cfg.pooling.denoise is True and cfg.pooling.mlp == "train"
+    assert (cfg.data.batch_size, cfg.optimizer.lr, cfg.loss.tau, cfg.trainer.max_epochs) == (256, 1e-5, 0.05, 1)
+    # the existing prompt presets keep their numbers: denoising stays off there
+    assert compose_train(["experiment=sncse/bert_base"], tmp_path).pooling.denoise is False
+
+
+def test_the_tiny_promptbert_preset_trains(tiny_overrides, tmp_path):
+    from tests.test_train import run
+
+    metrics = run([*tiny_overrides, "experiment=prompt/promptbert_tiny", "trainer.max_steps=2"], tmp_path / "run")
+    assert metrics["best_checkpoint"]
