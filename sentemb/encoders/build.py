@@ -31,8 +31,14 @@ from sentemb.encoders.models.adapters import (
     merged,
     with_adapter,
 )
-from sentemb.encoders.models.backbones import check_model, freeze_all_but_top_layers, usable_positions
+from sentemb.encoders.models.backbones import (
+    check_model,
+    freeze_all_but_top_layers,
+    read_layer_count,
+    usable_positions,
+)
 from sentemb.encoders.models.decoders import check_attention_direction
+from sentemb.encoders.models.layer_selection import check_keep_layers_fit, keep_only_layers
 from sentemb.encoders.part_configs import EncoderConfig, ModelConfig, checked_part
 
 
@@ -114,10 +120,14 @@ def build_encoder(
     settings = config.model
     head_class = config.head.entry.build if config.head is not None else None
     output_layer = bool(head_class is not None and head_class.loads_output_layer)
+    if settings.keep_layers is not None:  # the indices against the config's layer count, before any weight loads
+        check_keep_layers_fit(settings.keep_layers, read_layer_count(settings.backbone), settings.label)
     backbone = settings.backbone.build(**backbone_options(settings, output_layer))
     lm_head = None
     if output_layer:  # the causal-LM model: its decoder is the backbone, its lm_head the head's output layer
         lm_head, backbone = backbone.get_output_embeddings(), backbone.get_decoder()
+    if settings.keep_layers is not None:  # the student of chosen layers, before anything reads the backbone
+        keep_only_layers(backbone, settings.keep_layers)
     if settings.decoder:
         check_attention_direction(backbone, settings.bidirectional)
     if settings.init_from:

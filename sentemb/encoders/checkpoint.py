@@ -199,6 +199,8 @@ def check_stored_sizes(checkpoint: dict[str, Any], named: str = "checkpoint") ->
         for key, tensor in checkpoint["state_dict"].items()
         if key.startswith(BACKBONE_WEIGHTS) and isinstance(tensor, torch.Tensor)
     )
+    if model.get("keep_layers") is not None:  # its weights hold the kept layers alone (model.keep_layers)
+        backbone = {**backbone, "num_hidden_layers": len(model["keep_layers"])}
     check_declared_sizes(backbone, f"{named}: hyper_parameters.model.backbone", stored, fix=CHECKPOINT_FIX)
 
 
@@ -264,9 +266,11 @@ def model_identity(model: dict[str, Any]) -> dict[str, Any]:
     model installed elsewhere is the same model)."""
     short = model_label(model)
     parts = {part: current_part(f"model.{part}", model.get(part) or {}) for part in ("backbone", "tokenizer")}
+    kept = model.get("keep_layers")  # which layers' weights there are (model.keep_layers; None: all, as before it)
     return {
         "name": short,
         **{f"{part}.{k}": v for part, node in parts.items() for k, v in node.items() if k != "name_or_path"},
+        "keep_layers": None if kept is None else list(kept),
     }
 
 

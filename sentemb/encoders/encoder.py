@@ -81,7 +81,23 @@ class SentenceEncoder(nn.Module):
 
     def training_rows(self, prepared: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Per-row training outputs of prepared rows (any subset of them: GradCache passes chunks)."""
-        return self.pooling.training_rows(self.backbone_states(prepared), prepared)
+        return self.pooling.training_rows(self.backbone_states(prepared), self.with_side_states(prepared, True))
+
+    def with_side_states(
+        self, prepared: dict[str, torch.Tensor], train_head: bool, backbone: nn.Module | None = None
+    ) -> dict[str, torch.Tensor]:
+        """`prepared` with the states of the pooling's side rows (`Pooling.side_rows`: PromptBERT's template alone), or
+        as it is when the pooling has none; positions in the backbone's own numbering (RoBERTa's from pad + 1)."""
+        side = self.pooling.side_rows(prepared, self.tokenizer, train_head)
+        if side is None:
+            return prepared
+        backbone = self.backbone if backbone is None else backbone
+        inputs = {k: side[k] for k in (*BACKBONE_INPUTS, "position_ids") if k in side}
+        if "position_ids" in inputs:
+            first = position_ids(torch.ones_like(inputs["position_ids"][:1, :1]), backbone)
+            inputs["position_ids"] = inputs["position_ids"] + first
+        states = backbone(**inputs).last_hidden_state
+        return {**prepared, **{f"side_{k}": v for k, v in side.items() if k not in inputs}, "side_states": states}
 
     def training_views(self, batch: dict[str, torch.Tensor]) -> TrainingViews:
         """Every view's embeddings in one forward over their rows (unsup. SimCSE: the batch twice, two dropout views),
@@ -96,7 +112,7 @@ class SentenceEncoder(nn.Module):
         """Token ids → sentence embeddings (B, H); `train_head` adds the train-only pooling MLP; `backbone` another
         copy of the backbone to compute the token states (ESimCSE's momentum encoder)."""
         hidden, prepared = self.hidden_states(batch, backbone)
-        return self.pooling(hidden, prepared, train_head=train_head)
+        return self.pooling(hidden, self.with_side_states(prepared, train_head, backbone), train_head=train_head)
 
     @torch.inference_mode()
     def encode(

@@ -60,6 +60,7 @@ class ModelConfig:
     tokenizer: PartConfig
     dropout: float | None
     trainable_layers: int | None
+    keep_layers: tuple[int, ...] | None  # model.keep_layers: the transformer layers the model is built from
     padding_free: bool
     padding_side: str | None
     gradient_checkpointing: bool
@@ -83,6 +84,8 @@ class ModelConfig:
 
     @classmethod
     def checked(cls, model: dict[str, Any]) -> ModelConfig:
+        from sentemb.encoders.models.layer_selection import check_keep_layers
+
         model = plain(model)
         config = cls(
             raw=model,
@@ -90,6 +93,7 @@ class ModelConfig:
             tokenizer=checked_part("model.tokenizer", model.get("tokenizer")),
             dropout=model.get("dropout"),
             trainable_layers=model.get("trainable_layers"),
+            keep_layers=check_keep_layers(model.get("keep_layers")),
             padding_free=bool(model.get("padding_free", True)),
             padding_side=model.get("padding_side"),
             gradient_checkpointing=bool(model.get("gradient_checkpointing")),

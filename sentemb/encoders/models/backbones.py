@@ -29,8 +29,14 @@ from transformers import (
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.numbers import Bounds, require_number
-from sentemb.common.parts import ENCODERS, part
+from sentemb.common.parts import ENCODERS, PartConfig, part, part_config
 from sentemb.encoders.models.families import family_of
+from sentemb.encoders.models.layer_selection import (
+    check_keep_layers,
+    check_keep_layers_fit,
+    declared_layer_count,
+    whole,
+)
 from sentemb.encoders.models.model_files import check_model_files, transformers_refusals
 
 
@@ -144,6 +150,32 @@ def check_model(model: Mapping[str, Any]) -> None:
             key = "model.name_or_path" if source == model.get("name_or_path") else f"model.{loader}.name_or_path"
             check_model_source(str(source), key, needs)
     check_backbone_options(model.get("dropout"), model.get("trainable_layers"))
+    check_kept_layers_exist(model)
+
+
+def check_kept_layers_exist(model: Mapping[str, Any]) -> None:
+    """model.keep_layers: its form, and its indices against the layer count the loader's options or the model's stored
+    config.json declare (a hub model not cached yet: checked once its config is read, before its weights)."""
+    from omegaconf import OmegaConf
+
+    plain = OmegaConf.to_container(model, resolve=True) if OmegaConf.is_config(model) else dict(model)
+    keep = check_keep_layers(plain.get("keep_layers"))
+    if keep is not None:
+        backbone = part_config("model.backbone", plain.get("backbone") or {})
+        name = plain.get("name_or_path") or f"model.backbone.name={backbone.entry.name}"
+        check_keep_layers_fit(keep, declared_layer_count(backbone, stored_config), str(name))
+
+
+def read_layer_count(backbone: PartConfig) -> int | None:
+    """`declared_layer_count`, else a hub model's config.json fetched alone (no weights): what build_encoder checks
+    model.keep_layers against before the weights load."""
+    count = declared_layer_count(backbone, stored_config)
+    name = backbone.options.get("name_or_path")
+    if count is not None or name is None:
+        return count
+    with transformers_refusals(str(name), "model.name_or_path"):
+        config = AutoConfig.from_pretrained(str(name), **NO_REMOTE_CODE, **_offline_if_unreachable(str(name)))
+    return whole(getattr(config, "num_hidden_layers", None))
 
 
 def cached_snapshot(name_or_path: str, needs: tuple[str, ...] = BACKBONE_FILES) -> Path | None:

@@ -257,6 +257,16 @@ class Pooling(TrainingHooks, HeadHooks, ServingHooks, nn.Module):
         Called by `SentenceEncoder.hidden_states` (encode()) and `training_batch`; by default the batch as it is."""
         return batch
 
+    def side_rows(
+        self, prepared: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase, train_head: bool
+    ) -> dict[str, torch.Tensor] | None:
+        """Rows of the pooling's own that the backbone computes beside `prepared` (input_ids, attention_mask, optional
+        token_type_ids and position_ids, the latter from 0 as BERT numbers them), whose last-layer states `forward`
+        then reads as batch["side_states"] and this dict's other entries as batch["side_<key>"] (PromptBERT's template
+        alone: denoise). Called by the encoder on every call that has `prepared` (a GradCache chunk: that chunk's).
+        None by default: no side rows."""
+        return None
+
     def forward(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor], train_head: bool = False) -> torch.Tensor:
         """(B, T, H) token states of the prepared rows → (B, D) sentence vectors; every pooling defines it."""
         raise NotImplementedError(f"{type(self).__name__} defines no forward(hidden, batch, train_head)")

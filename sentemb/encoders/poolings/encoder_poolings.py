@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.utils.rnn import pad_sequence
 from transformers import PreTrainedTokenizerBase
 
 from sentemb.common.batch_views import training_view_batches
@@ -153,6 +154,16 @@ class PromptPooling(Pooling):
     `positive_template`: the template of the training views after the anchor (the positive and SNCSE's soft
     negative), as SNCSE's released code trains (`This sentence of "[X]" means [MASK] .`); the anchor's `template`
     is the one used at test time. None: every view uses `template` (PromptBERT).
+
+    `denoise`: PromptBERT's template denoising in training (its released code, kongds/Prompt-BERT
+    prompt_bert/models.py, `cl_forward`: `get_delta` lines 78-107 and the subtraction lines 159-177, on with
+    `--mask_embedding_sentence_delta` in run.sh's unsup-bert): the template is encoded with an empty sentence, its
+    positions after the prefix shifted by the sentence's length k (as if k tokens stood there), and that [MASK]
+    state is subtracted from each sentence's before the MLP; gradients flow through it, as the released code's
+    (`mask_embedding_sentence_delta_freeze` off). One template row per distinct (template, k) of the rows computed
+    together (the released code: one per k < 50, shared by the sentences of that length). Training only: the
+    released unsupervised recipe evaluates without it (run.sh's unsup-bert eargs have no
+    `--mask_embedding_sentence_delta`), so encode() never subtracts.
     """
 
     def __init__(
@@ -164,8 +175,14 @@ class PromptPooling(Pooling):
         mlp_activation: str = "after",
         mlp_init_std: float | None = None,
         positive_template: str | None = None,
+        denoise: bool = False,
     ) -> None:
         super().__init__()
+        if not isinstance(denoise, bool):
+            raise SentembConfigError(
+                f"pooling.denoise={denoise!r} must be true (PromptBERT's template denoising in training) or false"
+            )
+        self.denoise = denoise
         self.template = check_template(template)
         positive = positive_template
         self.positive_template = check_template(positive, "pooling.positive_template") if positive else None
@@ -191,7 +208,39 @@ class PromptPooling(Pooling):
         later = self.serving_rows(tokenizer, self.positive_template or self.template)
         for view in others:
             rows += prepared_rows(real_ids(view), later)
-        return rebatch(rows, anchor, tokenizer.pad_token_id, tokenizer.mask_token_id)
+        prepared = rebatch(rows, anchor, tokenizer.pad_token_id, tokenizer.mask_token_id)
+        if self.denoise:  # which template each row is in (0: the anchor's, 1: the later views'), for its side row
+            anchors = anchor["input_ids"].shape[0]
+            prepared["template_id"] = (torch.arange(len(rows), device=prepared["input_ids"].device) >= anchors).long()
+        return prepared
+
+    def side_rows(
+        self, prepared: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase, train_head: bool
+    ) -> dict[str, torch.Tensor] | None:
+        """denoise, in training: the templates alone, one row per distinct (template, sentence length k) of
+        `prepared`, positions after the prefix shifted by k (the released `get_delta`: d_position_ids[:, len(bs)+1:]
+        += k), each row's [MASK] position and which side row each prepared row subtracts (`row_index`)."""
+        if not (self.denoise and train_head):
+            return None
+        later = self.positive_template or self.template
+        templates = [TokenTemplate.build(tokenizer, text) for text in (self.template, later)]
+        device = prepared["input_ids"].device
+        which = prepared.get("template_id", torch.zeros_like(prepared["input_ids"][:, 0]))
+        overhead = torch.tensor([t.overhead for t in templates], device=device)[which]
+        length = prepared["attention_mask"].sum(dim=1) - overhead  # the released blen: real tokens less the template
+        pairs, row_index = torch.unique(torch.stack([which, length], dim=1), dim=0, return_inverse=True)
+        rows, positions = [], []
+        for template_number, shift in pairs.tolist():
+            template = templates[template_number]
+            ids = [*template.start, *template.prefix, *template.suffix, *template.end]
+            position = torch.arange(len(ids))
+            position[len(template.start) + len(template.prefix) :] += shift
+            rows.append(ids)
+            positions.append(position)
+        side = rebatch(rows, prepared, tokenizer.pad_token_id, tokenizer.mask_token_id)
+        side["position_ids"] = pad_sequence(positions, batch_first=True).to(device)
+        side["row_index"] = row_index
+        return side
 
     def serving_rows(self, tokenizer: PreTrainedTokenizerBase, template_text: str | None = None) -> dict[str, Any]:
         """The template (`template_text`, default the anchor's) at the token level (TokenTemplate): specials stripped, a
@@ -223,6 +272,14 @@ class PromptPooling(Pooling):
                 "PromptPooling needs the templated batch of its prepare(): call it through SentenceEncoder"
             )
         state = hidden[torch.arange(hidden.shape[0], device=hidden.device), batch["mask_position"]]
+        if self.denoise and train_head:  # the template's own [MASK] state subtracted (side_rows), before the MLP
+            if "side_states" not in batch:
+                raise RuntimeError(
+                    "PromptPooling(denoise=True) needs its side rows' states: call it through SentenceEncoder"
+                )
+            side = batch["side_states"]
+            template_states = side[torch.arange(side.shape[0], device=side.device), batch["side_mask_position"]]
+            state = state - template_states[batch["side_row_index"]]
         if self.mlp is not None and (self.mlp_use == "always" or train_head):
             return self.mlp(state)
         return state
