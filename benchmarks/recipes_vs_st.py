@@ -9,9 +9,11 @@ All from the packaged all-MiniLM-L6-v2, mean pooling, 128 tokens, 1 epoch, batch
       MatryoshkaLoss(MultipleNegativesRankingLoss(scale=20), [384,192,96,48]): each model embeds STS-B test once,
       each size scores the embeddings' first d dimensions (cosine); the paired bootstrap per size; step time ratio.
   (b) a 3-layer student (MiniLM's layers 0, 2, 4) distilled from MiniLM by embedding MSE on the wiki sample's first
-      4,000 lines, lr 1e-4: `model.keep_layers=[0,2,4] loss=distill_mse teacher.path=minilm` against
-      sentence-transformers' layer reduction (auto_model.encoder.layer kept [0,2,4], num_hidden_layers=3) and MSELoss
-      on the teacher's embeddings as labels (its examples' model_distillation_layer_reduction.py): STS-B test of both
+      4,000 lines, lr 1e-4: `model.keep_layers=[0,2,4] loss=distill_mse loss.normalize=true teacher.path=minilm
+      teacher.pooling=mean` against sentence-transformers' layer reduction (auto_model.encoder.layer kept [0,2,4],
+      num_hidden_layers=3) and MSELoss on the teacher's embeddings as labels (its examples'
+      model_distillation_layer_reduction.py: student and teacher the whole folder, its Normalize module too, so both
+      sides match unit embeddings; sentemb's teacher keeps the folder's Normalize): STS-B test of both
       students and the teacher; sentences/s encoding STS-B test's sentences (sentemb's encode, median of rounds,
       student and teacher alternating) of sentemb's student against the teacher.
   (c) STS-B train's pairs scored ≥ 4 (sentemb's data=stsb_train reader), InfoNCE τ 0.05 alone against the same pairs
@@ -48,9 +50,8 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -81,15 +82,20 @@ NEEDS = {
     "c": "issue 64's mining",
 }
 # (b)'s new options one by one, so a refusal names each one this checkout lacks
-PROBES = {"b": [["model.keep_layers=[0,2,4]"], ["loss=distill_mse"], ["teacher.path=minilm", "teacher.max_length=128"]]}
+PROBES = {
+    "b": [
+        ["model.keep_layers=[0,2,4]"],
+        ["loss=distill_mse", "loss.normalize=true"],
+        ["teacher.path=minilm", "teacher.pooling=mean", "teacher.max_length=128"],
+    ]
+}
 MINE_OPTIONS = [
     "mine.num_negatives=3", "mine.range_min=0", "mine.range_max=20", "mine.relative_margin=0.05",
     "mine.sampling=top", "mine.output=n-tuple",
 ]  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Scale:
+class Scale(NamedTuple):
     """How much of each job runs: the full jobs, or --smoke's tiny subsets (every path, no measurement)."""
 
     smoke: bool
@@ -136,7 +142,8 @@ def sentemb_jobs(run: Sequence[str], corpus: Path, pairs: Path, mined: Path) -> 
         "a": [["data=mrpc", *infonce, f"matryoshka.dims=[{','.join(map(str, SIZES))}]", *run]],
         "b": [[
             "model=minilm", f"model.keep_layers=[{','.join(map(str, STUDENT_LAYERS))}]", "data=wiki",
-            f"data.corpus={corpus}", "loss=distill_mse", "teacher.path=minilm", "teacher.max_length=128",
+            f"data.corpus={corpus}", "loss=distill_mse", "loss.normalize=true", "teacher.path=minilm",
+            "teacher.pooling=mean", "teacher.max_length=128",
             *with_lr(MINILM, "1e-4"), *run,
         ]],
         "c": [
@@ -292,8 +299,7 @@ def write_senteval_subset(source: Path, folder: Path, pairs: int) -> None:
         (target / f"sts-{split}.csv").write_text("".join(lines[:pairs]), encoding="utf-8")
 
 
-@dataclass
-class Context:
+class Context(NamedTuple):
     out: Path
     scale: Scale
     st_only: bool
@@ -347,7 +353,7 @@ def job_a(ctx: Context, overrides: list[list[str]]) -> dict[str, Any]:
 def st_student(seed: int) -> Any:
     """sentence-transformers' layer reduction (model_distillation_layer_reduction.py): MiniLM with only the layers
     STUDENT_LAYERS kept, num_hidden_layers set to match."""
-    student = st_minilm(seed)
+    student = st_minilm(seed, normalize=True)
     auto_model = student[0].auto_model
     kept = [layer for i, layer in enumerate(auto_model.encoder.layer) if i in STUDENT_LAYERS]
     auto_model.encoder.layer = torch.nn.ModuleList(kept)
@@ -398,7 +404,9 @@ def job_b(ctx: Context, overrides: list[list[str]], corpus: Path) -> dict[str, A
         )
         result["speed"] = {**speed, "sentences": len(sentences), "rounds": ctx.scale.rounds}
     lines = corpus.read_text(encoding="utf-8").splitlines()
-    st_teacher, student = st_minilm(SEED), st_student(SEED)
+    # the example's student and teacher are the whole folder (its Normalize too): MSE between unit embeddings, as
+    # sentemb's loss.normalize=true against the packaged teacher's Normalize
+    st_teacher, student = st_minilm(SEED, normalize=True), st_student(SEED)
     # the example's labels: the teacher's embeddings of each training sentence, computed once before training
     labels = st_teacher.encode(lines, batch_size=128, convert_to_numpy=True)
     columns = {"sentence": lines, "label": [row for row in labels]}
@@ -490,7 +498,7 @@ def row_a(r: dict[str, Any]) -> str:
 def row_b(r: dict[str, Any]) -> str:
     text = (
         f"(b) a 3-layer student (MiniLM's layers {', '.join(map(str, r['layers']))}) distilled from MiniLM by "
-        f"embedding MSE on the wiki sample's first {r['lines']:,} lines (lr 1e-4): "
+        f"embedding MSE (unit embeddings) on the wiki sample's first {r['lines']:,} lines (lr 1e-4): "
     )
     if "student_vs_teacher" in r:
         s = r["student_vs_teacher"]

