@@ -150,9 +150,10 @@ def test_rows_carry_each_figure_its_anchor_and_ratio():
     assert all(f"**{d}**: sentemb" in text for d in script.SIZES) and "900 against 1000 ms a step: 0.90x" in text
     b = {"layers": [0, 2, 4], "lines": 4000, "student_vs_teacher": comparison(78.0, 82.0), "st_student": interval(77),
          "sentemb_vs_st": comparison(78.0, 77.0), "sentemb_steps": 250, "st_steps": 250, "sentemb_ms": 300.0,
-         "st_ms": 400.0, "speed": {"student": 600.0, "teacher": 300.0, "sentences": 2700, "rounds": 3}}  # fmt: skip
+         "st_ms": 400.0, "st_labels_s": 30.0,
+         "speed": {"student": 600.0, "teacher": 300.0, "sentences": 2700, "rounds": 3}}  # fmt: skip
     text = cells(script.markdown_row("b", b, command, when, smoke=True))[2]
-    assert text.startswith("SMOKE") and "sentences/s: **2.00x**" in text and "0.75x" in text
+    assert text.startswith("SMOKE") and "sentences/s: **2.00x**" in text and "0.75x" in text and "30 s outside" in text
     c = {"rows": 1500, "mined_vs_pairs": comparison(85.0, 84.0), "steps": [(94, 500.0), (94, 900.0)],
          "mining": script.same_negatives([("a", "p", "n")], [("a", "p", "n")], 1), "sentemb_mine_s": 30.0,
          "st_mine_s": 40.0}  # fmt: skip
