@@ -172,6 +172,11 @@ def missing_parts(jobs: Sequence[str], overrides: dict[str, list[list[str]]]) ->
                 f"({job}) needs `python -m sentemb.mine` ({NEEDS[job]}): no sentemb/mine.py or conf/mine.yaml"
             )
             continue
+        if job == "c":  # the mining command's options, as conf/mine.yaml composes them (the files come later)
+            mine_overrides = mine_command(Path("pairs.csv"), Path("out.csv"), mine_has_max_length())[3:]
+            error = composes(mine_overrides, "mine")
+            if error is not None:
+                problems.append(f"({job}) needs `python -m sentemb.mine {' '.join(mine_overrides)}`: {error}")
         for job_overrides in overrides[job]:
             if composes(job_overrides) is None:
                 continue
@@ -183,10 +188,10 @@ def missing_parts(jobs: Sequence[str], overrides: dict[str, list[list[str]]]) ->
     return problems
 
 
-def composes(overrides: list[str]) -> str | None:
-    """None when the train config composes with `overrides`, else the composer's first line."""
+def composes(overrides: list[str], config: str = "train") -> str | None:
+    """None when conf/<config>.yaml composes with `overrides`, else the composer's first line."""
     try:
-        compose_config(CONF_DIR, "train", overrides)
+        compose_config(CONF_DIR, config, overrides)
     except Exception as error:  # Hydra's composition errors: an unknown key, option or group
         return f"{type(error).__name__}: {str(error).splitlines()[0]}"
     return None

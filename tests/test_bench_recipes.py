@@ -68,6 +68,21 @@ def test_a_missing_option_is_named_and_a_composing_job_passes(monkeypatch):
     assert "`python -m sentemb.mine`" in problem
 
 
+def test_the_mining_options_are_composed_before_anything_runs(monkeypatch, tmp_path):
+    """With sentemb.mine present, its options are composed against conf/mine.yaml (here: a stand-in conf dir whose
+    mine.yaml lacks mine.sampling) and a missing one is named."""
+    (tmp_path / "mine.yaml").write_text(
+        "data: {path: null, max_length: 32}\nout: null\n"
+        "mine: {num_negatives: 3, range_min: 0, range_max: null, relative_margin: null, output: triplet}\n"
+    )
+    monkeypatch.setattr(script, "CONF_DIR", tmp_path)
+    monkeypatch.setattr(script.importlib.util, "find_spec", lambda name: object())
+    assert script.mine_has_max_length()  # the stand-in's data.max_length: the command mines at 128 tokens
+    problems = script.missing_parts(["c"], {"c": []})
+    assert len(problems) == 1 and problems[0].startswith("(c) needs `python -m sentemb.mine model=minilm pooling=mean")
+    assert "data.max_length=128" in problems[0] and "Could not override 'model'" in problems[0].split("`: ", 1)[1]
+
+
 def test_main_refuses_before_training_and_says_how_to_go_on(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(script, "missing_parts", lambda jobs, overrides: [f"({jobs[0]}) needs `x=1`"])
     monkeypatch.setattr(script, "train_sentemb", lambda *a: pytest.fail("trained before the refusal"))
