@@ -55,6 +55,9 @@ from sentemb.losses.inputs import HARD_NEGATIVES, PAIRS, TARGETS, LossInputs, Te
 
 LISTMLE_EPS = 1e-7  # rankcse/models.py line 87: `self.eps = 1e-7`, inside the log of each suffix sum
 SIMILARITIES = ("cos", "dot")
+# what a teacher's loss runs beside (`companions`: the every-option check runs it so): a teacher; margin_mse's triplets
+TEACHER = ("teacher.path=minilm",)
+TRIPLETS = (*TEACHER, "data=labelled")
 
 
 def floating(z: torch.Tensor) -> torch.Tensor:
@@ -189,7 +192,7 @@ class ListObjective(TeacherObjective):
         )
 
 
-@part("loss", "distill_kl")
+@part("loss", "distill_kl", companions=TEACHER)
 class DistillKL(ListObjective):
     """KL(teacher ‖ student) between the softmax similarity distributions over each anchor's candidates (module
     docstring): sentence-transformers' DistillKLDivLoss, RankCSE's listNet."""
@@ -226,7 +229,7 @@ class DistillKL(ListObjective):
         return LossOutput(loss)
 
 
-@part("loss", "listmle")
+@part("loss", "listmle", companions=TEACHER)
 class ListMLE(ListObjective):
     """RankCSE's ListMLE: the student's likelihood of the teacher's ranking of each anchor's candidates (module
     docstring)."""
@@ -251,7 +254,9 @@ class ListMLE(ListObjective):
             out = None if mask is None else mask.gather(1, order)
             if out is not None:
                 ranked = ranked.masked_fill(out, float("-inf"))
-            shifted = ranked - ranked.max(dim=1, keepdim=True).values.detach()
+            # the max keeps its gradient as the released code's does (line 103-104): with the 1e-7 inside the log the
+            # shift is not exactly neutral where a suffix sum is below it
+            shifted = ranked - ranked.max(dim=1, keepdim=True).values
             # Σ_{r' ≥ r} exp(x_r' − max): a reversed cumulative sum (rankcse/models.py line 105)
             suffix = shifted.exp().flip(dims=[1]).cumsum(dim=1).flip(dims=[1])
             terms = torch.log(suffix + LISTMLE_EPS) - shifted
@@ -261,7 +266,7 @@ class ListMLE(ListObjective):
         return LossOutput(loss)
 
 
-@part("loss", "distill_mse")
+@part("loss", "distill_mse", companions=TEACHER)
 class DistillMSE(TeacherObjective):
     """The student's embedding of every view against the teacher's (module docstring): sentence-transformers'
     MSELoss (distance: mse) or EmbedDistillLoss' cosine (distance: cosine); a learnt Linear maps the student's width
@@ -308,7 +313,7 @@ class DistillMSE(TeacherObjective):
         return LossOutput(loss)
 
 
-@part("loss", "margin_mse")
+@part("loss", "margin_mse", companions=TRIPLETS)
 class MarginMSE(TeacherObjective):
     """sentence-transformers' MarginMSELoss: the student's margin sim(a, p) − sim(a, n) against the teacher's, for
     each anchor's own hard negatives (module docstring)."""

@@ -74,6 +74,9 @@ def prepare_run(cfg: DictConfig) -> CorpusReport | LabelledSet:
             resolved_container(cfg.loss), f"data.corpus={cfg.data.corpus}: one sentence per line"
         )
     check_auxiliary_views(cfg, data)
+    from sentemb.training.teacher import check_teacher_data
+
+    check_teacher_data(cfg, data.roles if isinstance(data, LabelledSet) else [ANCHOR, POSITIVE])
     return data
 
 

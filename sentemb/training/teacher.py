@@ -245,6 +245,23 @@ def check_teacher(cfg: Mapping[str, Any]) -> None:
     resolve(node)
 
 
+def check_teacher_data(cfg: Mapping[str, Any], views: list[str]) -> None:
+    """A loss that reads each anchor's own hard negatives (margin_mse) on data whose rows hold none (`views`: the
+    roles the data makes), refused before any model loads."""
+    from sentemb.common.hydra_plumbing import resolved_container
+    from sentemb.data.labelled import is_hard_negative
+    from sentemb.losses.inputs import HARD_NEGATIVES
+    from sentemb.losses.registry import loss_reads
+
+    loss = resolved_container(cfg.get("loss")) or {}
+    if HARD_NEGATIVES in loss_reads(loss) and not any(is_hard_negative(role) for role in views):
+        raise SentembConfigError(
+            f"loss={loss.get('name')} scores each anchor's own hard negatives, and the data's rows hold none "
+            f"({', '.join(views)}). Fix: data=labelled data.path=<a file of anchor,positive,negative rows> "
+            "(sentemb.mine writes one), or loss=distill_mse / distill_kl"
+        )
+
+
 def check_resumed_teacher(cfg: Mapping[str, Any], checkpoint: Mapping[str, Any] | None) -> None:
     """A resumed run's teacher is the checkpoint's (path and sha256 of its weights), refused otherwise."""
     if checkpoint is None:
