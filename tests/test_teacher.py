@@ -158,8 +158,10 @@ def test_rankcse_presets_name_their_teacher_and_refuse_it_offline(preset, job, t
 @pytest.mark.slow  # a MiniLM teacher and 8 steps
 @pytest.mark.parametrize("preset", ["listnet", "listmle"])
 def test_rankcse_tiny_presets_train(preset, job, tmp_path):
-    metrics = run([*job, f"experiment=rankcse/{preset}_tiny", "logger=csv"], tmp_path)
-    assert metrics["stsb/best_step"] in (4, 8)
+    run([*job, f"experiment=rankcse/{preset}_tiny", "logger=csv"], tmp_path)
+    header = next((tmp_path / "csv").rglob("metrics.csv")).read_text().splitlines()[0].split(",")
+    term = "distill_kl" if preset == "listnet" else "listmle"
+    assert {"train/loss/infonce", f"train/loss/{term}"} <= set(header)
 
 
 # ---- DDP: teacher targets gathered with the student's embeddings

@@ -45,6 +45,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
@@ -284,6 +285,18 @@ class DistillMSE(TeacherObjective):
         """A Linear student → teacher width when they differ (EmbedDistillLoss' projection_dim), else none."""
         self.projection = nn.Linear(student, teacher) if student != teacher else None
 
+    def projected(self, student: torch.Tensor) -> torch.Tensor:
+        """P s. Under DDP every rank computes this loss on the gathered batch and the step scales its backward by the
+        world size (training/module.py `step_loss`), which is exact for the encoder (each rank back-propagates into its
+        own rows); the projection sees every row on every rank, so its gradient is scaled back by 1/world here (the
+        value unchanged): DDP's average is then one process's gradient."""
+        weight, bias = self.projection.weight, self.projection.bias
+        world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        if world > 1:
+            weight = weight.detach() + (weight - weight.detach()) / world
+            bias = bias.detach() + (bias - bias.detach()) / world
+        return F.linear(student.to(weight.dtype), weight, bias).to(student.dtype)
+
     def compute(self, inputs: LossInputs) -> LossOutput:
         targets = inputs.targets
         views = (inputs.anchors, inputs.positives, *inputs.hard_negatives)
@@ -292,7 +305,7 @@ class DistillMSE(TeacherObjective):
             for student, teacher, rows in zip(views, targets.views(), present_rows(inputs), strict=True):
                 student = floating(student)
                 if self.projection is not None:
-                    student = self.projection(student.to(self.projection.weight.dtype)).to(student.dtype)
+                    student = self.projected(student)
                 if student.shape[1] != teacher.shape[1]:
                     raise ValueError(
                         f"DistillMSE: the student's width {student.shape[1]} is not the teacher's {teacher.shape[1]} "
