@@ -110,6 +110,7 @@ def st_folder(tmp_path: Path, module_type: str) -> Path:
         (["loss=distill_kl", "teacher.path=minilm", "teacher.max_length=0"], r"teacher\.max_length.*Fix"),
         (["loss=margin_mse", "teacher.path=minilm"], r"own hard negatives, and the data's rows hold none.*Fix"),
         (["loss=distill_kl", "teacher.path=minilm", "negatives=momentum"], r"no extra negatives.*no target"),
+        (["loss=distill_mse", "teacher.path=minilm", "matryoshka.dims=[32,16]"], r"matryoshka\.dims=\[32, 16\].*Fix"),
     ],
 )
 def test_bad_teacher_options_are_refused_before_any_model_loads(
@@ -193,3 +194,28 @@ def test_ddp_step_with_teacher_targets_equals_one_process(ddp_configs):
     reference = build(ddp_configs["distill_kl"])
     batch = dict(reference.encoder.tokenizer(SENTENCES, padding=True, return_tensors="pt"))
     assert_ddp_equals_one_process(ddp_configs, batch)
+
+
+def test_grad_cache_runs_the_teacher_once_and_keeps_the_step_exact(tmp_path):
+    """GradCache (chunks of 2 sentences) with teacher targets: the loss and every gradient of the plain step."""
+    from tests.test_ddp_gradients import SENTENCES, build, gradients
+
+    cfg = compose_train(["model=tiny", "model.dropout=0.0", "teacher.path=minilm", "loss=distill_kl"], tmp_path)
+    parts = {key: resolved_container(cfg[key]) for key in ("model", "pooling", "loss", "optimizer", "scheduler")}
+    from sentemb.training.teacher import teacher_record
+
+    parts["teacher"] = teacher_record(resolved_container(cfg.teacher))
+    out = {}
+    for chunks in (None, 2):
+        module = build({**parts, "grad_cache": chunks})
+        batch = dict(module.encoder.tokenizer(SENTENCES, padding=True, return_tensors="pt"))
+        calls: list[int] = []
+        module.teacher_model().register_forward_hook(lambda *_, seen=calls: seen.append(1))
+        backward, total, _ = module.step_loss(batch)
+        module.backward(backward)
+        out[chunks] = (total.detach(), gradients(module))
+        # one view of 8 sentences (the positive is the anchor's rows again), in chunks of 2 under GradCache
+        assert len(calls) == (1 if chunks is None else 4)
+    torch.testing.assert_close(out[2][0], out[None][0], rtol=1e-6, atol=1e-6)
+    for name, grad in out[None][1].items():
+        torch.testing.assert_close(out[2][1][name], grad, rtol=1e-5, atol=1e-6, msg=name)

@@ -249,12 +249,13 @@ class SentembModule(CheckpointContents, L.LightningModule):
         """The teacher's embeddings of the anchor, positive and hard-negative views (no gradient; once per step, in
         GradCache's chunks when it is on), every rank's gathered in rank order like the student's."""
         teacher = self.teacher_model()
-        embedded: dict[int, torch.Tensor] = {}  # a view that is the anchor's rows again is embedded once
+        embedded: dict[int, torch.Tensor] = {}  # a view that is the anchor's rows again (the same ids) is embedded once
 
         def embed(rows: dict[str, torch.Tensor]) -> torch.Tensor:
-            if id(rows) not in embedded:
-                embedded[id(rows)] = gathered(in_chunks(teacher, rows, self.chunk_sentences()))
-            return embedded[id(rows)]
+            key = id(rows["input_ids"])
+            if key not in embedded:
+                embedded[key] = gathered(in_chunks(teacher, rows, self.chunk_sentences()))
+            return embedded[key]
 
         roles, rows = view_roles(batch), training_view_batches(batch)
         hard = [embed(view) for role, view in zip(roles, rows, strict=True) if is_hard_negative(role)]

@@ -236,6 +236,13 @@ def check_teacher(cfg: Mapping[str, Any]) -> None:
         )
     if node is None:
         return
+    matryoshka = resolved_container(cfg.get("matryoshka")) or {}
+    if matryoshka.get("dims") and "distill_mse" in loss_names(loss):
+        raise SentembConfigError(
+            f"matryoshka.dims={list(matryoshka['dims'])} with distill_mse: the embedding MSE compares whole embeddings "
+            "(through one projection to the teacher's width), not each prefix. Fix: matryoshka.dims=null, or "
+            "loss=distill_kl / listmle (similarities at each size against the teacher's)"
+        )
     if not reads:
         raise SentembConfigError(
             f"{KEY}={node['path']} is set, but loss={loss.get('name')} reads no teacher's targets, so the teacher "
@@ -260,6 +267,14 @@ def check_teacher_data(cfg: Mapping[str, Any], views: list[str]) -> None:
             f"({', '.join(views)}). Fix: data=labelled data.path=<a file of anchor,positive,negative rows> "
             "(sentemb.mine writes one), or loss=distill_mse / distill_kl"
         )
+
+
+def loss_names(loss: Mapping[str, Any]) -> set[str]:
+    """The registered names a loss config builds: its own, or a sum's terms'."""
+    terms = loss.get("terms") if loss.get("name") == "sum" else None
+    if not isinstance(terms, Mapping):
+        return {str(loss.get("name"))}
+    return {str(spec.get("loss", label)) for label, spec in terms.items() if isinstance(spec, Mapping)}
 
 
 def check_resumed_teacher(cfg: Mapping[str, Any], checkpoint: Mapping[str, Any] | None) -> None:
