@@ -9,7 +9,7 @@ from hydra.utils import instantiate
 
 from sentemb.encoders.part_configs import build_part
 from sentemb.losses import LossOutput
-from sentemb.losses.inputs import SCORES
+from sentemb.losses.inputs import HARD_NEGATIVES, SCORES, TARGETS, TeacherTargets
 from tests.conftest import CONF_DIR, compose_train
 
 GROUPS = [
@@ -53,6 +53,14 @@ def test_loss_instantiates(option, tmp_path):
     loss = build_part("loss", compose_train(overrides, tmp_path).loss)
     # a loss on scored pairs needs each pair's gold score, in [0, 1]
     scored = {"scores": torch.rand(8)} if SCORES in loss.reads else {}
+    # a loss that reads each anchor's hard negatives gets one view of them; a teacher's loss, a teacher's embeddings
+    hard = (torch.randn(8, 16),) if HARD_NEGATIVES in loss.reads else ()
+    if hard:
+        scored["hard_negatives"] = hard
+    if TARGETS in loss.reads:
+        scored["targets"] = TeacherTargets(
+            torch.randn(8, 16), torch.randn(8, 16), tuple(torch.randn(8, 16) for _ in hard)
+        )
     out = loss(torch.randn(8, 16), torch.randn(8, 16), **scored)
     assert isinstance(out, LossOutput) and torch.isfinite(out.loss)
 

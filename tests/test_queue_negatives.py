@@ -12,7 +12,7 @@ import torch
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.paths import PROJECT_ROOT
 from sentemb.losses import InfoNCE, Objective, available, build
-from sentemb.losses.inputs import SCORES
+from sentemb.losses.inputs import HARD_NEGATIVES, SCORES, TARGETS, TeacherTargets
 from sentemb.losses.registry import declared_loss, loss_config, negatives_losses, negatives_refusal
 
 N, K, D = 6, 4, 5
@@ -30,6 +30,16 @@ SAME_IN_REFERENCE = [
     if "reference" in declared_loss({"name": name}).conventions
     and declared_loss({"name": name}).reference is Objective.reference
 ]
+
+
+def teacher_roles(name: str, z1: torch.Tensor, z2: torch.Tensor) -> dict:
+    """What a teacher's loss reads beside the pairs: the teacher's embeddings (here the views themselves), and each
+    anchor's hard negatives where it reads them (margin_mse)."""
+    reads = declared_loss({"name": name}).reads
+    if TARGETS not in reads:
+        return {}
+    hard = (z2.flip(0),) if HARD_NEGATIVES in reads else ()
+    return {"targets": TeacherTargets(z1, z2, hard), **({"hard_negatives": hard} if hard else {})}
 
 
 def batch(seed: int = 0, n: int = N, k: int = K) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -281,11 +291,12 @@ def test_losses_without_a_negatives_denominator_refuse_a_queue_before_and_after_
     assert reason.startswith(f"loss={name} takes no extra negatives: ")
     z1, z2, queue = batch(11)
     loss = build(name)
+    roles = teacher_roles(name, z1, z2)
     for negatives in (queue, queue[:0]):  # even an empty queue: the configuration, not the step, is wrong
         with pytest.raises(SentembConfigError, match="takes no extra negatives") as err:
-            loss(z1, z2, negatives)
+            loss(z1, z2, negatives, **roles)
         assert reason in str(err.value)
-    loss(z1, z2)  # without a queue it is unchanged
+    loss(z1, z2, **roles)  # without a queue it is unchanged
 
 
 @pytest.mark.parametrize("name", SCORED)

@@ -39,6 +39,7 @@ HPARAMS = (
     "negatives",  # a negatives part (sentemb/training/negatives/)
     "auxiliary",  # an auxiliary term (sentemb/training/auxiliary/)
     "matryoshka",  # Matryoshka sizes around the loss (sentemb/losses/matryoshka.py)
+    "teacher",  # the frozen teacher's identity (sentemb/training/teacher.py): its weights are never saved
 )
 RETIRED_HPARAMS = ("gather_negatives",)  # saved by older checkpoints, read by nothing now
 RENAMED_HPARAMS = {"soft_negatives": "auxiliary"}  # older checkpoints' names of today's hyper-parameters

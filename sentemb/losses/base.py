@@ -232,6 +232,15 @@ class Objective(nn.Module):
         """`negatives_refusal` for this built loss (its own convention)."""
         return type(self).negatives_refusal({"convention": self.convention})
 
+    def refuses_hard_negatives(self) -> str | None:
+        """`hard_negatives_refusal` for this built loss: None where it reads them or scores them as columns."""
+        return None if HARD_NEGATIVES in self.reads else self.refuses_negatives()
+
+    @classmethod
+    def reads_of(cls, config: Mapping[str, Any]) -> frozenset[str]:
+        """The roles a loss configured by `config` reads (`reads`; a loss around losses: its terms' too)."""
+        return cls.reads
+
     def accept(self, inputs: LossInputs) -> None:
         """The inputs checked against what this loss declares: every role it reads held, extra negatives, exclusions
         and hard negatives only where it takes them (refused even for an empty queue: the configuration is wrong,
@@ -246,7 +255,7 @@ class Objective(nn.Module):
                 f"{refusal} Excluding false negatives removes terms of a negatives' denominator. Fix: a loss with "
                 "a negatives' denominator (e.g. loss=infonce), or no negatives= part that excludes false negatives"
             )
-        if inputs.hard_negatives and HARD_NEGATIVES not in self.reads and refusal is not None:
+        if inputs.hard_negatives and self.refuses_hard_negatives() is not None:
             raise SentembConfigError(
                 f"{type(self).__name__} takes no hard negatives: {refusal} Fix: a loss with a negatives' "
                 "denominator (e.g. loss=infonce), or pairs without a hard-negative column"

@@ -9,7 +9,7 @@ receive every column by role the same way).
     excluded         (N, N + K) the negatives part's false negatives of anchor i among [positives | extra]
     duplicates       (N, N·(1 + k)) True where a candidate among [positives | hard negatives] holds anchor i's own text
     scores           (N,)      each (anchor, positive) pair's gold score in [0, 1]
-    targets          any       a teacher's targets for these rows
+    targets          TeacherTargets  a frozen teacher's embeddings of the same rows, view by view (below)
     added            role → tensor: whatever another part adds
 
 A loss with a negatives' denominator scores anchor i against its candidates, laid out here and nowhere else:
@@ -56,7 +56,7 @@ class LossInputs:
     excluded: torch.Tensor | None = None
     duplicates: torch.Tensor | None = None
     scores: torch.Tensor | None = None
-    targets: Any = None
+    targets: TeacherTargets | None = None
     added: Mapping[str, torch.Tensor] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -136,6 +136,25 @@ class LossInputs:
         for block in range(1, len(self.hard_negatives) + 1):
             bias[rows, block * n + rows] = weight
         return bias
+
+
+@dataclass(frozen=True)
+class TeacherTargets:
+    """A frozen teacher's embeddings of the step's texts, by the same roles and rows as the student's (`teacher.path`,
+    sentemb/training/teacher.py): anchors (N, T), positives (N, T), one (N, T) per hard-negative view; T the teacher's
+    width, no gradient. Gathered over the ranks with the student's embeddings."""
+
+    anchors: torch.Tensor
+    positives: torch.Tensor
+    hard_negatives: tuple[torch.Tensor, ...] = ()
+
+    def views(self) -> tuple[torch.Tensor, ...]:
+        """Every view's rows in LossInputs' order: anchors, positives, hard negatives."""
+        return (self.anchors, self.positives, *self.hard_negatives)
+
+    def candidates(self) -> torch.Tensor:
+        """(N·(1 + k), T): the candidates' layout (module docstring) without extra rows: positives, hard negatives."""
+        return torch.cat((self.positives, *self.hard_negatives))
 
 
 def duplicate_mask(text_ids: torch.Tensor) -> torch.Tensor:

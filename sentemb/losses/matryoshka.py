@@ -82,6 +82,9 @@ class Matryoshka(Objective):
     def refuses_negatives(self) -> str | None:
         return self.inner.refuses_negatives()
 
+    def refuses_hard_negatives(self) -> str | None:
+        return self.inner.refuses_hard_negatives()
+
     def takes_negatives(self) -> bool:
         return self.inner.takes_negatives()
 

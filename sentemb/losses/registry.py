@@ -96,3 +96,8 @@ def hard_negative_settings(config: Mapping[str, Any], key: str = "loss") -> list
 def width_refusal(config: Mapping[str, Any], width: int) -> str | None:
     """Why the loss a config names cannot take embeddings `width` wide (AnglE: an odd width), or None."""
     return declared_loss(config).width_refusal(width)
+
+
+def loss_reads(config: Mapping[str, Any]) -> frozenset[str]:
+    """The roles the loss a config names reads (`Objective.reads_of`: a sum's terms' too), read from the classes."""
+    return declared_loss(config).reads_of(config)

@@ -28,7 +28,15 @@ from sentemb.common.errors import SentembConfigError
 from sentemb.common.parts import part
 from sentemb.losses.base import LazyStats, LossOutput, Objective, require_number
 from sentemb.losses.inputs import SCORES, LossInputs
-from sentemb.losses.registry import build, hard_negative_settings, learning_need, loss_config, negatives_refusal
+from sentemb.losses.registry import (
+    build,
+    declared_loss,
+    hard_negative_settings,
+    learning_need,
+    loss_config,
+    loss_reads,
+    negatives_refusal,
+)
 
 
 @part("loss", "sum")
@@ -86,6 +94,28 @@ class WeightedSum(Objective):
             for label, term in term_configs(config)
             for setting in hard_negative_settings(term, f"{key}.terms.{label}")
         ]
+
+    @classmethod
+    def reads_of(cls, config: Mapping[str, Any]) -> frozenset[str]:
+        """What the sum reads: its terms' roles (a teacher's targets, a term's hard negatives), not scores."""
+        return frozenset(cls.reads.union(*(loss_reads(term) for _, term in term_configs(config))))
+
+    @classmethod
+    def hard_negatives_refusal(cls, config: Mapping[str, Any]) -> str | None:
+        """None if every term takes labelled hard negatives (each term's `hard_negatives_refusal`), else the first
+        refusing term's reason."""
+        for label, term in term_configs(config):
+            reason = declared_loss(term).hard_negatives_refusal(term)
+            if reason is not None:
+                return f"loss=sum takes no hard negatives because its term {label!r} does not: {reason}"
+        return None
+
+    def refuses_hard_negatives(self) -> str | None:
+        for label, objective in self.objectives.items():
+            reason = objective.refuses_hard_negatives() if isinstance(objective, Objective) else "it is no Objective"
+            if reason is not None:
+                return f"loss=sum takes no hard negatives because its term {label!r} does not: {reason}"
+        return None
 
     def refuses_negatives(self) -> str | None:
         for label, objective in self.objectives.items():

@@ -60,6 +60,10 @@ def prepare_run(cfg: DictConfig) -> CorpusReport | LabelledSet:
     resumed = check_checkpoint_path(cfg.get("ckpt_path"), cfg)  # whole, a sentemb checkpoint, of this model
     # of this negatives part, its state (ESimCSE's queue) sound: the file as just read, not read and CRC-checked again
     check_resumed_negatives(cfg.get("ckpt_path"), cfg, resumed)
+    from sentemb.training.teacher import check_resumed_teacher, check_teacher
+
+    check_teacher(cfg)  # a loss reading a teacher has one, and its source is there (no model loads)
+    check_resumed_teacher(cfg, resumed)  # a resumed run's teacher is the checkpoint's
     if data is None:
         data = read_data(cfg)
     if isinstance(data, LabelledSet):  # the rows against the loss and step parts (the registry's: torch)
@@ -70,6 +74,9 @@ def prepare_run(cfg: DictConfig) -> CorpusReport | LabelledSet:
             resolved_container(cfg.loss), f"data.corpus={cfg.data.corpus}: one sentence per line"
         )
     check_auxiliary_views(cfg, data)
+    from sentemb.training.teacher import check_teacher_data
+
+    check_teacher_data(cfg, data.roles if isinstance(data, LabelledSet) else [ANCHOR, POSITIVE])
     return data
 
 

@@ -23,17 +23,21 @@ from lightning.pytorch.utilities import GradClipAlgorithmType
 from omegaconf import DictConfig
 from torch import nn
 
-from sentemb.common.batch_views import view_roles
+from sentemb.common.batch_views import training_view_batches, view_roles
 from sentemb.common.errors import SentembConfigError, TrainingDiverged
 from sentemb.common.hydra_plumbing import resolved_container
 from sentemb.common.numbers import Bounds, require_number
+from sentemb.data.labelled import is_hard_negative
 from sentemb.encoders.build import build_encoder
 from sentemb.encoders.checkpoint import HPARAMS, read_checkpoint, renamed_hparams
 from sentemb.encoders.models.adapters import is_adapted
+from sentemb.encoders.models.frozen import FrozenModel
 from sentemb.encoders.part_configs import build_part, checked_part
 from sentemb.encoders.poolings.base import TrainingViews
 from sentemb.losses import LossOutput
 from sentemb.losses.base import LazyStats, Objective
+from sentemb.losses.distill import bind_teacher_widths
+from sentemb.losses.inputs import TeacherTargets
 from sentemb.losses.matryoshka import Matryoshka
 from sentemb.training.auxiliary import AuxiliaryTerm
 from sentemb.training.auxiliary_checks import auxiliary_nodes
@@ -42,7 +46,9 @@ from sentemb.training.distributed import world_size
 from sentemb.training.grad_cache import GradCache
 from sentemb.training.loss_inputs import present_rows, step_inputs
 from sentemb.training.negatives import NegativesPart, StepInputs, StepNegatives
+from sentemb.training.negatives.base import gathered, in_chunks
 from sentemb.training.sharding import shard_encoder
+from sentemb.training.teacher import build_teacher, teacher_record
 
 log = logging.getLogger(__name__)
 UNIT = Bounds(0.0, 1.0)  # scheduler.warmup_ratio: a share of the run's steps
@@ -70,6 +76,7 @@ class SentembModule(CheckpointContents, L.LightningModule):
         negatives: dict[str, Any] | None = None,
         auxiliary: list[dict[str, Any]] | dict[str, Any] | None = None,
         matryoshka: dict[str, Any] | None = None,
+        teacher: dict[str, Any] | None = None,
         **stored: Any,
     ) -> None:
         super().__init__()
@@ -96,6 +103,12 @@ class SentembModule(CheckpointContents, L.LightningModule):
         if matryoshka and matryoshka.get("dims"):  # the loss over each prefix of the embeddings (Kusupati et al. 2022)
             self.loss = Matryoshka(self.loss, matryoshka["dims"], matryoshka.get("weights"))
         self.grad_cache = GradCache.from_config(grad_cache)  # null, a sentence count, or {sentences, tokens}
+        # the frozen teacher (teacher.path): outside the state as DCLR's complementary model, built at fit start;
+        # its width now, so that a distillation loss's projection is built before any checkpoint loads
+        self.teacher = FrozenModel()
+        if teacher:
+            student = getattr(self.encoder.pooling, "output_size", None) or self.encoder.hidden_size
+            bind_teacher_widths(self.loss, int(student), int(teacher["width"]))
         # from_pretrained returns the backbone in eval mode and Lightning keeps submodule modes:
         # without this, dropout is off and the two views are identical (no SimCSE at all)
         self.train()
@@ -120,6 +133,7 @@ class SentembModule(CheckpointContents, L.LightningModule):
         """The module of a composed train config (conf/train.yaml), or of its parts already resolved: the one way
         train, tests and benchmarks build it. Its keys are the hyper-parameters a checkpoint holds (`HPARAMS`)."""
         parts = {key: resolved_container(cfg.get(key)) for key in HPARAMS}
+        parts["teacher"] = teacher_record(parts["teacher"])  # its identity (sha256, width), read from its files
         return cls(**{**parts, "compile": bool(parts["compile"])})
 
     def data_views(self) -> dict[str, dict[str, Any]]:
@@ -137,6 +151,7 @@ class SentembModule(CheckpointContents, L.LightningModule):
 
     def on_fit_start(self) -> None:
         self.encoder.pooling.prepare_training(self.encoder.tokenizer)  # e.g. a head's corpus token frequencies
+        self.teacher_model()  # loaded once the run starts (resumes rebuild it: it is in no checkpoint)
         total = sum(p.numel() for p in self.parameters())
         trainable = sum(p.numel() for p in self.parameters() if p.requires_grad)
         if self._trainer is None or self.trainer.is_global_zero:  # one line per job, not per rank
@@ -212,11 +227,39 @@ class SentembModule(CheckpointContents, L.LightningModule):
         if views.global_weight == 0:
             return None, None
         roles = step_inputs(views, batch, world, masks_duplicates=self.loss.takes_negatives())
+        if self.hparams.get("teacher"):  # the teacher's embeddings of the same rows, gathered as the z's are
+            roles = roles.with_roles(targets=self.teacher_targets(batch))
         inputs = StepInputs(batch, roles, self.encoder, self.loss, self.chunk_sentences())
         step = self.negatives.step_negatives(inputs)
         output = self.negatives.global_loss(inputs, step)
         self.negatives.after_loss(inputs, step)
         return output, step
+
+    def teacher_model(self) -> nn.Module | None:
+        """The frozen teacher (built on first use from the `teacher` hyper-parameter), on the module's device, in eval
+        mode; None without one."""
+        record = self.hparams.get("teacher")
+        if not record:
+            return None
+        if not self.teacher:
+            self.teacher.hold(build_teacher(record, self.encoder.tokenizer))
+        return self.teacher.on(self.device).eval()  # eval: no dropout in the targets
+
+    def teacher_targets(self, batch: dict[str, torch.Tensor]) -> TeacherTargets:
+        """The teacher's embeddings of the anchor, positive and hard-negative views (no gradient; once per step, in
+        GradCache's chunks when it is on), every rank's gathered in rank order like the student's."""
+        teacher = self.teacher_model()
+        embedded: dict[int, torch.Tensor] = {}  # a view that is the anchor's rows again (the same ids) is embedded once
+
+        def embed(rows: dict[str, torch.Tensor]) -> torch.Tensor:
+            key = id(rows["input_ids"])
+            if key not in embedded:
+                embedded[key] = gathered(in_chunks(teacher, rows, self.chunk_sentences()))
+            return embedded[key]
+
+        roles, rows = view_roles(batch), training_view_batches(batch)
+        hard = [embed(view) for role, view in zip(roles, rows, strict=True) if is_hard_negative(role)]
+        return TeacherTargets(anchors=embed(rows[0]), positives=embed(rows[1]), hard_negatives=tuple(hard))
 
     @staticmethod
     def auxiliary_term(term: AuxiliaryTerm, views: TrainingViews) -> tuple[float, torch.Tensor]:
