@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
 from sentemb.common.errors import SentembConfigError
+from sentemb.common.hydra_plumbing import compose_config
+from sentemb.common.metric_names import DEV_SPEARMAN_BEST_RESCORED, TEST_SPEARMAN, check_metric_name, sized_metric
+from sentemb.eval.cache import EmbeddingCache
+from sentemb.eval.sts import correlations, load_sts_task, pairwise_cosine
+from sentemb.eval.suite import evaluate, load_encoder
 from sentemb.losses import build
 from sentemb.losses.matryoshka import Matryoshka, check_dims
 from sentemb.training.checks import prepare_run
-from tests.conftest import compose_train
+from tests.conftest import CONF_DIR, compose_train
 from tests.test_train import run
 
 
@@ -83,3 +90,50 @@ def test_a_run_trains_and_logs_every_size(tiny_overrides, tmp_path):
 def test_a_size_wider_than_the_model_is_refused_before_it_loads(tiny_overrides, tmp_path, forbid_model_loading):
     with pytest.raises(SentembConfigError, match=r"64 is wider than the sentence vector \(32\)"):
         prepare_run(compose_train([*tiny_overrides, "matryoshka.dims=[64,16]"], tmp_path))
+
+
+def test_a_run_scores_at_its_truncate_dim_and_tables_every_trained_size(tiny_overrides, tmp_path, capsys):
+    metrics = run([*tiny_overrides, "matryoshka.dims=[32,16,8]", "eval.truncate_dim=16"], tmp_path)
+    sizes = {size: (metrics[sized_metric("dev", size)], metrics[sized_metric("test", size)]) for size in (32, 16, 8)}
+    # the run's own scores are at 16: the same encoding of each split, cut to 16, as the table's row 16
+    assert (metrics[DEV_SPEARMAN_BEST_RESCORED], metrics[TEST_SPEARMAN]) == sizes[16]
+    assert sizes[32] != sizes[16] != sizes[8], "each size is its own prefix"
+    printed = capsys.readouterr().out
+    assert "| size | STS-B dev Spearman | STS-B test Spearman |" in printed
+    assert all(f"| {size} | {dev:.2f} | {test:.2f} |" in printed for size, (dev, test) in sizes.items())
+    assert check_metric_name(sized_metric("test", 96)) == "stsb/test/spearman_dim_96"  # a sweep may optimise one
+
+
+@pytest.mark.parametrize(("size", "message"), [(0, "must be a whole number"), (2.5, "must be a whole number"),
+                                               ("abc", "must be a whole number"),
+                                               (33, r"33 is wider than the sentence vector \(32")])  # fmt: skip
+def test_a_bad_truncate_dim_is_refused_before_the_model_loads(size, message, tiny_overrides, tmp_path,
+                                                             forbid_model_loading):  # fmt: skip
+    with pytest.raises(SentembConfigError, match=f"eval.truncate_dim.*{message}"):
+        prepare_run(compose_train([*tiny_overrides, f"eval.truncate_dim={size}"], tmp_path))
+
+
+def test_evaluate_scores_at_truncate_dim_and_records_it(tmp_path, data_root):
+    overrides = ["model=tiny", "pooling=mean", "tasks=[STSBenchmark]", "sts_splits=[test]", "align_uniform_split=null"]
+    cfg = compose_config(CONF_DIR, "eval", [*overrides, "eval.truncate_dim=8"], tmp_path / "eval")
+    torch.manual_seed(0)  # tiny: random weights from the global seed, built again below
+    results = evaluate(cfg, tmp_path / "eval")
+    assert json.loads((tmp_path / "eval" / "results.json").read_text())["truncate_dim"] == 8
+    assert "first 8 dimensions" in (tmp_path / "eval" / "results.md").read_text()
+    # by hand: the same encoder, the same sentences in one pass, cut to 8
+    torch.manual_seed(0)
+    encoder, _, _ = load_encoder(cfg, torch.device("cpu"))
+    pairs = load_sts_task(data_root / "senteval" / "downstream", "STSBenchmark", ["test"])["test"]
+    cache = EmbeddingCache(encoder, batch_size=cfg.batch_size, show_progress=False)
+    cache.prefetch(pairs.first + pairs.second)
+    full = pairwise_cosine(cache(pairs.first), cache(pairs.second))
+    cut = pairwise_cosine(cache(pairs.first)[:, :8], cache(pairs.second)[:, :8])
+    assert results["sts"]["STSBenchmark"]["subsets"]["test"]["spearman"] == correlations(cut, pairs.gold)["spearman"]
+    assert correlations(full, pairs.gold)["spearman"] != correlations(cut, pairs.gold)["spearman"]
+
+
+@pytest.mark.parametrize(("size", "message"), [(0, "must be a whole number"), (33, "is wider than the sentence")])
+def test_evaluate_refuses_a_bad_truncate_dim_before_the_model_loads(size, message, tmp_path, forbid_model_loading):
+    cfg = compose_config(CONF_DIR, "eval", ["model=tiny", "tasks=[STSBenchmark]", f"eval.truncate_dim={size}"])
+    with pytest.raises(SentembConfigError, match=f"eval.truncate_dim={size} {message}"):
+        evaluate(cfg, tmp_path / "eval")
