@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.hydra_plumbing import compose_config
 from sentemb.common.metric_names import DEV_SPEARMAN_BEST_RESCORED, TEST_SPEARMAN, check_metric_name, sized_metric
+from sentemb.encoders.build import encoder_from_checkpoint
+from sentemb.encoders.checkpoint import read_checkpoint
 from sentemb.eval.cache import EmbeddingCache
 from sentemb.eval.sts import correlations, load_sts_task, pairwise_cosine
 from sentemb.eval.suite import evaluate, load_encoder
+from sentemb.export import export
 from sentemb.losses import build
 from sentemb.losses.matryoshka import Matryoshka, check_dims
 from sentemb.training.checks import prepare_run
 from tests.conftest import CONF_DIR, compose_train
+from tests.test_export import SENTENCES
 from tests.test_train import run
 
 
@@ -137,3 +142,52 @@ def test_evaluate_refuses_a_bad_truncate_dim_before_the_model_loads(size, messag
     cfg = compose_config(CONF_DIR, "eval", ["model=tiny", "tasks=[STSBenchmark]", f"eval.truncate_dim={size}"])
     with pytest.raises(SentembConfigError, match=f"eval.truncate_dim={size} {message}"):
         evaluate(cfg, tmp_path / "eval")
+
+
+@pytest.fixture
+def matryoshka_checkpoint(tiny_overrides, tmp_path) -> str:
+    """A tiny mean-pooled run trained with matryoshka.dims=[32,16,8]: its best checkpoint."""
+    return run([*tiny_overrides, "pooling=mean", "matryoshka.dims=[32,16,8]", "trainer.max_steps=2"], tmp_path)[
+        "best_checkpoint"
+    ]
+
+
+def test_an_export_at_a_size_embeds_as_sentembs_truncated_encoder(matryoshka_checkpoint, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    from sentemb.encoders.serving.onnx_embedder import OnnxEncoder
+
+    out = tmp_path / "st"
+    overrides = [f"checkpoint={matryoshka_checkpoint}", f"out={out}", "truncate_dim=16", "format=onnx"]
+    export(compose_config(CONF_DIR, "export", [*overrides, "export.measure=false"]))
+    assert json.loads((out / "config_sentence_transformers.json").read_text())["truncate_dim"] == 16
+    assert "first 16 dimensions" in (out / "README.md").read_text()
+    encoder, _ = encoder_from_checkpoint(read_checkpoint(matryoshka_checkpoint), torch.device("cpu"))
+    ours = encoder.encode(SENTENCES)[:, :16]
+    st = SentenceTransformer(str(out), device="cpu").encode(SENTENCES, convert_to_numpy=True)
+    graph = OnnxEncoder(out).encode(SENTENCES)
+    assert st.shape == graph.shape == (len(SENTENCES), 16)
+    # other batches (sentence-transformers and ONNX Runtime pad and sort their own way) and ONNX Runtime's kernels:
+    # float32 last bits of the same computation, asked: 1e-5
+    np.testing.assert_allclose(st, ours, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(graph, ours, rtol=1e-5, atol=1e-5)
+
+
+def test_an_untrained_size_is_warned_about_and_a_bad_one_refused_before_the_model_loads(
+    matryoshka_checkpoint, tmp_path, caplog, request
+):
+    base = [f"checkpoint={matryoshka_checkpoint}", f"out={tmp_path / 'st'}"]
+    with caplog.at_level("WARNING"):
+        export(compose_config(CONF_DIR, "export", [*base, "truncate_dim=12"]))
+    assert "matryoshka.dims=[32, 16, 8], which do not include 12" in caplog.text
+    request.getfixturevalue("forbid_model_loading")  # from here on, a model load fails the test
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("a\nb\n")
+    for extra, message in (
+        (["truncate_dim=0"], "truncate_dim=0 must be a whole number"),
+        (["truncate_dim=64"], r"truncate_dim=64 is wider than the sentence vector \(32"),
+        (["truncate_dim=16", f"whitening={corpus}"], "truncate_dim=16 with whitening="),
+    ):
+        out = f"out={tmp_path / extra[-1].split('=')[1][:2]}"
+        with pytest.raises(SentembConfigError, match=message):
+            export(compose_config(CONF_DIR, "export", [base[0], out, *extra]))
