@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.hydra_plumbing import compose_config
@@ -20,6 +21,7 @@ from sentemb.export import export
 from sentemb.losses import build
 from sentemb.losses.matryoshka import Matryoshka, check_dims
 from sentemb.training.checks import prepare_run
+from sentemb.training.module import SentembModule
 from tests.conftest import CONF_DIR, compose_train
 from tests.test_export import SENTENCES
 from tests.test_train import run
@@ -191,3 +193,96 @@ def test_an_untrained_size_is_warned_about_and_a_bad_one_refused_before_the_mode
         out = f"out={tmp_path / extra[-1].split('=')[1][:2]}"
         with pytest.raises(SentembConfigError, match=message):
             export(compose_config(CONF_DIR, "export", [base[0], out, *extra]))
+
+
+class FixedColumns(nn.Module):
+    """A sentence-transformers module whose forward returns fixed embeddings: column i's features ({"column": i})
+    get `columns[i]` (float64 leaves), so sentence-transformers' losses run on the very tensors sentemb's loss gets."""
+
+    def __init__(self, columns: list[torch.Tensor]) -> None:
+        super().__init__()
+        self.columns = columns
+
+    def forward(self, features: dict) -> dict:
+        features["sentence_embedding"] = self.columns[int(features["column"])]
+        return features
+
+
+def fixed_columns(count: int, n: int = 8, d: int = 16) -> list[torch.Tensor]:
+    """Anchors, positives near them, then hard negatives, each row of its own norm (so the cosine must normalise)."""
+    gen = torch.Generator().manual_seed(3)
+    anchors = torch.randn(n, d, generator=gen, dtype=torch.float64)
+    columns = [anchors, anchors + 0.7 * torch.randn(n, d, generator=gen, dtype=torch.float64)]
+    columns += [torch.randn(n, d, generator=gen, dtype=torch.float64) for _ in range(count - 2)]
+    return [(c * torch.rand(n, 1, generator=gen, dtype=torch.float64) * 5 + 0.1).requires_grad_() for c in columns]
+
+
+@pytest.mark.parametrize("hard_negatives", [0, 1], ids=["pairs", "triplets"])
+def test_matryoshka_infonce_equals_sentence_transformers_matryoshka_mnrl(hard_negatives):
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.losses import MatryoshkaLoss, MultipleNegativesRankingLoss
+
+    dims, weights = [16, 8, 4], [1.0, 0.5, 0.25]
+    ours_in, theirs_in = fixed_columns(2 + hard_negatives), fixed_columns(2 + hard_negatives)
+    hard = tuple(ours_in[2:])
+    ours = Matryoshka(build("infonce", tau=0.05), dims, weights)(ours_in[0], ours_in[1], hard_negatives=hard).loss
+    ours.backward()
+    model = SentenceTransformer(modules=[FixedColumns(theirs_in)], device="cpu")
+    # MNRL's cosine (util.cos_sim) × scale 20 = 1/τ; MatryoshkaLoss cuts each column and L2-normalises (shrink)
+    loss = MatryoshkaLoss(model, MultipleNegativesRankingLoss(model, scale=20), matryoshka_dims=dims,
+                          matryoshka_weights=weights)  # fmt: skip
+    theirs = loss([{"column": torch.tensor(i)} for i in range(len(theirs_in))], None)
+    theirs.backward()
+    # float64, the same sums in another order (ST renormalises each prefix of the previous size's unit vector)
+    assert abs(ours.item() - theirs.item()) <= 1e-9
+    for mine, st in zip(ours_in, theirs_in, strict=True):
+        assert (mine.grad - st.grad).abs().max().item() <= 1e-9
+    assert ours.item() != Matryoshka(build("infonce", tau=0.05), [16])(ours_in[0], ours_in[1], hard_negatives=hard).loss
+
+
+class EncoderColumns(nn.Module):
+    """A sentence-transformers module around a sentemb encoder: token ids → its sentence embedding (float64 here)."""
+
+    def __init__(self, encoder: nn.Module) -> None:
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, features: dict) -> dict:
+        rows = {key: features[key] for key in ("input_ids", "attention_mask", "token_type_ids") if key in features}
+        features["sentence_embedding"] = self.encoder(rows)
+        return features
+
+
+def test_a_grad_cache_step_with_sizes_equals_sentence_transformers_cached_mnrl_in_matryoshka(data_root, tmp_path):
+    import copy
+
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.losses import CachedMultipleNegativesRankingLoss, MatryoshkaLoss
+
+    lines = (data_root / "wiki" / "wiki1m_head.txt").read_text(encoding="utf-8").splitlines()
+    texts = list(dict.fromkeys(line for line in lines if line.strip()))[:24]
+    overrides = ["model=tiny", "pooling=mean", "model.dropout=0.0", "matryoshka.dims=[32,16,8]", "grad_cache=4"]
+    torch.manual_seed(0)
+    module = SentembModule.from_config(compose_train(overrides, tmp_path)).double()
+    twin = copy.deepcopy(module.encoder)
+    tokenizer = module.encoder.tokenizer
+    anchors, positives = (dict(tokenizer(part, padding=True, return_tensors="pt")) for part in (texts[:12], texts[12:]))
+    backward, total, _ = module.step_loss({**anchors, **{f"positive_{k}": v for k, v in positives.items()}})
+    assert module.grad_cache.pending is not None, "the step was cached"
+    module.backward(backward)
+
+    model = SentenceTransformer(modules=[EncoderColumns(twin)], device="cpu")
+    cached = CachedMultipleNegativesRankingLoss(model, scale=20, mini_batch_size=4)
+    theirs = MatryoshkaLoss(model, cached, matryoshka_dims=[32, 16, 8])([anchors, positives], None)
+    theirs.backward()
+    # float64, dropout off, the same weights: chunks of 4 sentences on both sides; only summation order differs
+    assert abs(total.item() - theirs.item()) <= 1e-9
+    ours = dict(module.encoder.named_parameters())
+    compared = 0
+    for name, param in twin.named_parameters():
+        if ours[name].grad is None:
+            assert param.grad is None or not param.grad.any(), name
+            continue
+        assert (ours[name].grad - param.grad).abs().max().item() <= 1e-9, name
+        compared += 1
+    assert compared > 10
