@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 
 import numpy as np
@@ -10,7 +11,7 @@ import torch
 from torch import nn
 
 from sentemb.common.errors import SentembConfigError
-from sentemb.common.hydra_plumbing import compose_config
+from sentemb.common.hydra_plumbing import compose_config, resolved_container
 from sentemb.common.metric_names import DEV_SPEARMAN_BEST_RESCORED, TEST_SPEARMAN, check_metric_name, sized_metric
 from sentemb.encoders.build import encoder_from_checkpoint
 from sentemb.encoders.checkpoint import read_checkpoint
@@ -286,3 +287,64 @@ def test_a_grad_cache_step_with_sizes_equals_sentence_transformers_cached_mnrl_i
         assert (ours[name].grad - param.grad).abs().max().item() <= 1e-9, name
         compared += 1
     assert compared > 10
+
+
+# ---- composes: each part beside the sizes trains, every size logged and scored (a step of each, a few seconds)
+def triplets(tmp_path, data_root) -> list[str]:
+    """data=labelled on 64 STS-B train pairs, another row's first sentence as each one's hard negative."""
+    lines = (data_root / "senteval/downstream/STS/STSBenchmark/sts-train.csv").read_text(encoding="utf-8")
+    pairs = [(f[5], f[6]) for f in (line.split("\t") for line in lines.splitlines()[:64])]
+    path = tmp_path / "triplets.csv"
+    with path.open("w", encoding="utf-8", newline="") as handle:
+        csv.writer(handle).writerows([["anchor", "positive", "negative"]] +
+                                     [[a, b, pairs[(i + 7) % 64][0]] for i, (a, b) in enumerate(pairs)])  # fmt: skip
+    return ["data=labelled", f"data.path={path}", "data.batch_size=8"]
+
+
+COMPOSES = {
+    "labelled-hard-negatives": None,  # the triplets above
+    "momentum-queue": ["negatives=momentum", "negatives.queue_size=8"],
+    "sncse-auxiliary": ["auxiliary=[sncse]"],
+    "lora-decoder-padding-free": ["model=tiny-llama", "pooling=last_token", "adapter=lora", "adapter.r=4"],
+}
+
+
+@pytest.mark.parametrize("variant", list(COMPOSES))
+def test_sizes_compose_with(variant, tiny_overrides, tmp_path, data_root):
+    extra = COMPOSES[variant] or triplets(tmp_path, data_root)
+    base = [o for o in tiny_overrides if not (COMPOSES[variant] is None and o.startswith("data."))]
+    metrics = run([*base, *extra, "matryoshka.dims=[32,16,8]", "trainer.max_steps=2"], tmp_path)
+    header = next((tmp_path / "csv").rglob("metrics.csv")).read_text().splitlines()[0]
+    assert all(f"train/loss/dim_{size}" in header for size in (32, 16, 8)), header
+    assert all(np.isfinite(metrics[sized_metric(split, 8)]) for split in ("dev", "test"))
+
+
+def test_a_padding_free_step_with_sizes_has_the_padded_loss_and_gradients(small_corpus, tmp_path):
+    lines = small_corpus.read_text(encoding="utf-8").splitlines()[:12]
+    results = []
+    for padding_free in ("true", "false"):
+        overrides = ["model=tiny", "model.dropout=0.0", f"model.padding_free={padding_free}", "matryoshka.dims=[32,8]"]
+        torch.manual_seed(0)
+        module = SentembModule.from_config(compose_train(overrides, tmp_path))
+        backward, total, _ = module.step_loss(dict(module.encoder.tokenizer(lines, padding=True, return_tensors="pt")))
+        backward.backward()
+        results.append((total.detach(), {n: p.grad for n, p in module.named_parameters() if p.grad is not None}))
+    (loss, grads), (padded_loss, padded_grads) = results
+    # packed rows vs padded ones: float32 GEMM shapes differ (~1e-7), asked 1e-5 as tests/test_padding_free.py
+    torch.testing.assert_close(loss, padded_loss, rtol=1e-5, atol=1e-5)
+    assert grads.keys() == padded_grads.keys()
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, padded_grads[name], rtol=1e-5, atol=1e-5, msg=name)
+
+
+@pytest.mark.slow  # two spawned gloo processes (make test-slow)
+def test_a_ddp_step_with_sizes_equals_one_process(tmp_path):
+    from tests.test_ddp_gradients import SENTENCES as DDP_SENTENCES
+    from tests.test_ddp_gradients import assert_ddp_equals_one_process, build
+
+    cfg = compose_train(["model=tiny", "model.dropout=0.0", "matryoshka.dims=[32,16,8]"], tmp_path)
+    keys = ("model", "pooling", "loss", "optimizer", "scheduler", "matryoshka")
+    configs = {"infonce+sizes": {key: resolved_container(cfg[key]) for key in keys} | {"grad_cache": None}}
+    configs["infonce+sizes+grad_cache"] = {**configs["infonce+sizes"], "grad_cache": 2}
+    tokenizer = build(configs["infonce+sizes"]).encoder.tokenizer
+    assert_ddp_equals_one_process(configs, dict(tokenizer(DDP_SENTENCES, padding=True, return_tensors="pt")))
