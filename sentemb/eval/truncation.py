@@ -3,7 +3,7 @@ export's `truncate_dim=<d>`. The embedding is computed whole, then its first d d
 renormalises them (sentence-transformers' `truncate_embeddings`: `embeddings[..., :truncate_dim]`, then its cosine).
 
 `size_scores` is a run's table of every trained size (`matryoshka.dims`): each STS-B split encoded once, each size's
-cosines computed from the prefixes of those same embeddings. torch-free: the pre-run checks import it.
+cosines computed from the prefixes of those same embeddings.
 """
 
 from __future__ import annotations
