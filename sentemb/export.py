@@ -263,6 +263,11 @@ def write_export(
     commands = [*training_command(source.get("checkpoint")), "python -m sentemb.export " + " ".join(sys.argv[1:])]
     # shown in the card (data only) where they scored this very checkpoint file; else a line says why not
     results, left_out = own_results(source.get("checkpoint"), RESULTS_SHAPE)
+    if results is not None and results.get("truncate_dim") != cfg.get("truncate_dim"):  # scored at another size
+        scored_size = results.get("truncate_dim") or "all"
+        exported = cfg.get("truncate_dim") or "all"
+        left_out = f"results.json beside the checkpoint scored {scored_size} dimensions; this folder embeds {exported}."
+        results = None
     encoder, head = inference_parts(encoder.eval(), source.get("head"))
     if is_adapted(encoder.backbone) and not cfg.get("adapter_only"):  # the adapter's update added into the base
         encoder.backbone = merged(encoder.backbone)  # weights: a plain model
