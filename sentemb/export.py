@@ -45,6 +45,7 @@ from sentemb.common.command_line import checked_command_line
 from sentemb.common.config_fields import refuse_empty_paths
 from sentemb.common.errors import SentembConfigError
 from sentemb.common.folder_lock import LOCK_NAME, FolderLock, enclosing_locks, take_folder_lock
+from sentemb.common.hydra_plumbing import resolved_container
 from sentemb.common.parts import NATIVE, TRAINS_ONLY, declared_part
 from sentemb.common.paths import CONF_DIR
 from sentemb.common.process import configure_process
@@ -193,6 +194,7 @@ def locked_export(cfg: DictConfig, out: Path, lock: FolderLock) -> tuple[str, st
     if cfg.get("adapter_only"):
         check_adapter_only(cfg, checkpoint)
     artefact_check = check_format(cfg, checkpoint)  # format=onnx: its options, pooling and STS-B files
+    check_export_size(cfg, checkpoint)  # truncate_dim: within the declared width, with what it can go with
     # built beside out= and renamed into place once whole: an export stopped part-way (an error, SIGTERM, SIGKILL)
     # leaves out= as it was; its staging folder goes with it, or (SIGKILL) with the next export into out=
     with staging_folder(out) as staging:
@@ -261,6 +263,11 @@ def write_export(
     commands = [*training_command(source.get("checkpoint")), "python -m sentemb.export " + " ".join(sys.argv[1:])]
     # shown in the card (data only) where they scored this very checkpoint file; else a line says why not
     results, left_out = own_results(source.get("checkpoint"), RESULTS_SHAPE)
+    if results is not None and results.get("truncate_dim") != cfg.get("truncate_dim"):  # scored at another size
+        scored_size = results.get("truncate_dim") or "all"
+        exported = cfg.get("truncate_dim") or "all"
+        left_out = f"results.json beside the checkpoint scored {scored_size} dimensions; this folder embeds {exported}."
+        results = None
     encoder, head = inference_parts(encoder.eval(), source.get("head"))
     if is_adapted(encoder.backbone) and not cfg.get("adapter_only"):  # the adapter's update added into the base
         encoder.backbone = merged(encoder.backbone)  # weights: a plain model
@@ -269,6 +276,7 @@ def write_export(
     if cfg.evaluate:  # whitening= and whitening_dim= pass on: the table scores the whitened embeddings
         defaults = OmegaConf.load(CONF_DIR / "eval.yaml")  # the evaluation's own settings
         eval_cfg = OmegaConf.merge({k: v for k, v in defaults.items() if k not in ("defaults", "hydra")}, cfg)
+        eval_cfg.eval.truncate_dim = cfg.get("truncate_dim")  # the table scores the exported size
         results, left_out = evaluate(eval_cfg, out / "eval"), ""
         target = f"checkpoint={source['checkpoint']}" if source.get("checkpoint") else "model=... pooling=..."
         commands.append(f"python -m sentemb.evaluate {target} tasks=sts" + evaluate_whitening(cfg))
@@ -277,12 +285,17 @@ def write_export(
         usage, library, written = adapter_usage(source, checkpoint["base_model"]), "peft", "LoRA adapter folder"
     else:
         model = sentence_transformer(encoder, source["model"], source["pooling"], head)
+        if cfg.get("truncate_dim"):  # config_sentence_transformers.json's truncate_dim: encode() keeps [..., :d]
+            model.truncate_dim = int(cfg.truncate_dim)
         dense = whitening_module(whitening) if whitening else None
         if dense is not None:
             model, record = with_whitening(model, dense, corpus, whitening)
         model.save(str(out), model_name=name)
         custom = any(type(module).__module__ == "sentemb.st_modules" for module in model)
         usage, library, written = folder_usage(source, custom), "sentence-transformers", "sentence-transformers folder"
+        if cfg.get("truncate_dim"):
+            usage += ["", truncation_note(int(cfg.truncate_dim))]
+            written += f" at {cfg.truncate_dim} dimensions"
         if dense is not None:
             write_whitening_record(out, record)
             usage += whitening_section(record, scored=bool(cfg.evaluate), table=results is not None)
@@ -290,13 +303,52 @@ def write_export(
         if cfg.get("format") == "onnx":
             linear = dense.linear if dense is not None else None
             usage += onnx_section(
-                encoder, out, cfg.export.quantize, custom, artefact_check, short("pooling", source["pooling"]), linear
+                encoder,
+                out,
+                cfg.export.quantize,
+                custom,
+                artefact_check,
+                short("pooling", source["pooling"]),
+                linear,
+                cfg.get("truncate_dim"),
             )
             written += " with its ONNX graph"
     # the model card last: a folder holding it is a whole export (st_modules.check_whole_export)
     publish_text(out / EXPORT_CARD, model_card(name, source, results, commands, usage, library, left_out))
     readable_by_all(out)
     return name, written
+
+
+def check_export_size(cfg: DictConfig, checkpoint: dict[str, Any] | None) -> int | None:
+    """truncate_dim (null: the whole vector): a size of at least 1 within the sentence vector's declared width, before
+    any model loads. A size the checkpoint's matryoshka.dims did not train is warned about, not refused (any prefix
+    is an embedding; the user may have measured it: evaluate's eval.truncate_dim). Refused with whitening= (its map
+    is fitted on, and keeps, whole vectors: whitening_dim= keeps k directions) and adapter_only=true (peft's folder
+    has no size)."""
+    from sentemb.eval.truncation import check_truncate_dim, declared_width, trained_sizes
+
+    size = cfg.get("truncate_dim")
+    if size is None:
+        return None
+    for key, fix in (("whitening", "whitening_dim=<k> keeps k whitened directions"), ("adapter_only", "")):
+        if cfg.get(key):
+            raise SentembConfigError(
+                f"truncate_dim={size} with {key}={cfg.get(key)}: a size is exported on the whole model's folder, "
+                f"without {key}. Fix: drop truncate_dim= or {key}=" + (f" ({fix})" if fix else "")
+            )
+    hparams = checkpoint["hyper_parameters"] if checkpoint else None
+    parts = hparams or {key: resolved_container(cfg.get(key)) for key in ("model", "head")}
+    return check_truncate_dim(size, "truncate_dim", declared_width(parts["model"], parts.get("head")),
+                              trained_sizes(hparams))  # fmt: skip
+
+
+def truncation_note(size: int) -> str:
+    """The model card's line about the exported size."""
+    return (
+        f"The folder embeds with the first {size} dimensions of the sentence vector (a Matryoshka size): "
+        f"`truncate_dim: {size}` in config_sentence_transformers.json, which `SentenceTransformer(folder)` applies "
+        "(`truncate_dim=` when loading overrides it)."
+    )
 
 
 def check_adapter_only(cfg: DictConfig, checkpoint: dict[str, Any] | None) -> None:

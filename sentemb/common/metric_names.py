@@ -23,6 +23,7 @@ Records and logs written before this scheme hold the old names (`stsb/best_dev_s
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import astuple, dataclass
 from typing import Any
@@ -67,6 +68,10 @@ SICKR_DEV_SPEARMAN_FINAL = "sickr/dev/spearman_final"
 STS_TEST_SPEARMAN = "sts/{task}/spearman"
 # each number scored after training has its 95% bootstrap interval beside it: <name>_ci_low, <name>_ci_high
 CI_SUFFIXES = ("_ci_low", "_ci_high")
+# after training with matryoshka.dims, of the weights scored: STS-B dev and test Spearman at each trained size d (the
+# first d dimensions of one encoding of each split), e.g. stsb/test/spearman_dim_96 (sentemb/eval/truncation.py)
+SIZED_SPEARMAN = {"dev": DEV_SPEARMAN + "_dim_{size}", "test": TEST_SPEARMAN + "_dim_{size}"}
+SIZED_PATTERN = re.compile(r"stsb/(dev|test)/spearman_dim_[1-9][0-9]*")
 
 
 @dataclass(frozen=True)
@@ -159,9 +164,16 @@ OLD_NAMES = {
 _OLD_OF = {new: old for old, new in OLD_NAMES.items()}
 
 
+def sized_metric(split: str, size: int) -> str:
+    """The name of STS-B `split`'s (dev, test) Spearman at Matryoshka size `size` after training."""
+    return SIZED_SPEARMAN[split].format(size=size)
+
+
 def current_name(name: str) -> str | None:
-    """Today's name of a metric named by its current or its old name; None if it is neither."""
-    return name if name in METRIC_NAMES else OLD_NAMES.get(name)
+    """Today's name of a metric named by its current or its old name (a size's too); None if it is neither."""
+    if name in METRIC_NAMES or SIZED_PATTERN.fullmatch(name):
+        return name
+    return OLD_NAMES.get(name)
 
 
 def check_metric_name(name: str, key: str = "optimized_metric") -> str:

@@ -17,6 +17,7 @@ from sentemb.encoders.encoder import SentenceEncoder
 from sentemb.encoders.serving.onnx_embedder import OnnxEncoder
 from sentemb.encoders.serving.onnx_graph import check_graph_parts, write_onnx_folder
 from sentemb.eval.deployed import ArtefactCheck, artefact_table
+from sentemb.eval.truncation import truncated
 from sentemb.eval.whitening_export import WhitenedEncoder
 
 FORMATS = ("sentence-transformers", "onnx")
@@ -56,11 +57,13 @@ def onnx_section(
     check: ArtefactCheck | None,
     pooling: str,
     whitening: torch.nn.Linear | None = None,
+    truncate_dim: int | None = None,
 ) -> list[str]:
     """Write the ONNX graph(s), the loader and its recipe into `out`; the model card's lines about them. The encoder
     is made float32 (the graph's precision, and the reference the artefacts are measured against); `whitening`, the
-    whitening Dense module's Linear, is the graph's last op and part of the reference."""
-    recipe = write_onnx_folder(encoder, out, quantize, whitening)
+    whitening Dense module's Linear, is the graph's last op and part of the reference; `truncate_dim` (a Matryoshka
+    size): the graph outputs the embedding's first d dimensions, and the reference is cut the same way."""
+    recipe = write_onnx_folder(encoder, out, quantize, whitening, truncate_dim)
     graphs, rows = recipe["graphs"], RECIPE_WORDS[recipe["rows"]["kind"]]
     lines = [
         "",
@@ -74,6 +77,7 @@ def onnx_section(
             if whitening is not None
             else ""
         )
+        + (f" It outputs the embedding's first {truncate_dim} dimensions (truncate_dim)." if truncate_dim else "")
         + " `sentemb_onnx.py` embeds with it and needs only numpy, onnxruntime and tokenizers (no torch, no sentemb):",
         "",
         "```python",
@@ -96,7 +100,7 @@ def onnx_section(
     if check is not None:
         files = {"torch": "model.safetensors", **{f"onnx {k}": v for k, v in graphs.items()}}
         artefacts = {f"onnx {k}": OnnxEncoder(out, file=v) for k, v in graphs.items()}
-        reference = encoder if whitening is None else WhitenedEncoder(encoder, whitening)
+        reference = truncated(encoder if whitening is None else WhitenedEncoder(encoder, whitening), truncate_dim)
         lines += ["", "### Measured", "", *artefact_table(check.measure(reference, artefacts), files, out)]
     return lines
 

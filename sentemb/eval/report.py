@@ -47,6 +47,8 @@ def markdown_report(results: dict[str, Any]) -> str:
     source = results["source"]
     what = source.get("checkpoint") or onnx_label(source) or model_label(source["model"])
     lines = [f"# SentEval results: {what}", "", f"pooling: `{part_name(source['pooling']) or '?'}`"]
+    if results.get("truncate_dim"):  # a Matryoshka size: every score is of the embeddings' first d dimensions
+        lines += ["", f"embeddings truncated to their first {results['truncate_dim']} dimensions (eval.truncate_dim)"]
     if results.get("in_domain"):  # trained on a benchmark's own train split: said before its scores
         lines += ["", f"**{results['in_domain']}**"]
     if "sts_table" in results:

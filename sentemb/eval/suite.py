@@ -62,6 +62,7 @@ from sentemb.eval.transfer import (
     run_transfer_task,
     transfer_sentences,
 )
+from sentemb.eval.truncation import check_truncate_dim, declared_width, trained_sizes, truncated
 from sentemb.eval.whitening import TASK as WHITEN_TASK
 from sentemb.eval.whitening import (
     check_dim_fits,
@@ -176,6 +177,19 @@ EVAL_SIZES = {
 }
 
 
+def check_evaluation_truncation(cfg: DictConfig, checkpoint: dict[str, Any] | None) -> int | None:
+    """eval.truncate_dim (null: the whole vector) against the sentence vector's width the checkpoint's or the command
+    line's model and head declare, before any model loads; a size the checkpoint's matryoshka.dims did not train is
+    warned about."""
+    size = OmegaConf.select(cfg, "eval.truncate_dim", default=None)
+    if size is None:
+        return None
+    hparams = checkpoint["hyper_parameters"] if checkpoint else None
+    parts = hparams or {key: resolved_container(cfg.get(key)) for key in ("model", "head")}
+    width = None if cfg.get("onnx") else declared_width(parts["model"], parts.get("head"))
+    return check_truncate_dim(size, "eval.truncate_dim", width, trained_sizes(hparams))
+
+
 def check_evaluation_sizes(cfg: DictConfig) -> None:
     """batch_size, max_length (null: the model's) and jobs: whole numbers within their bounds, named before anything
     loads (`batch_size=abc` would otherwise fail in the first batch, after the model loaded)."""
@@ -201,6 +215,7 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
     # the file's identity before it is read: a file replaced meanwhile never passes for the one scored
     scored = checkpoint_identity(cfg.checkpoint) if cfg.get("checkpoint") and is_file(cfg.checkpoint) else None
     checkpoint = served_checkpoint(cfg)  # first: a bad or mismatched checkpoint costs nothing else
+    truncate_dim = check_evaluation_truncation(cfg, checkpoint)  # eval.truncate_dim against the declared width
     in_domain = run_in_domain_note(cfg.get("checkpoint"))  # its run's .hydra/config.yaml, read before the model loads
     tasks = resolve_tasks(cfg.tasks)
     senteval_dir = resolve_data_root(cfg.paths.data_dir) / "senteval" / "downstream"
@@ -221,6 +236,9 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device)
 
     encoder, source, _ = load_encoder(cfg, device, checkpoint)
+    if truncate_dim is not None:  # the width no config declared (an ONNX folder, a hub model not stored): now
+        check_truncate_dim(truncate_dim, "eval.truncate_dim", embedding_size(encoder, "A sentence."))
+        encoder = truncated(encoder, truncate_dim)
     check_whitening_fits(encoder, whitening_dim, sts_data)  # the embedding's size is known now, before any encoding
     clock = Stopwatch()
     cache = EmbeddingCache(encoder, batch_size=cfg.batch_size, max_length=cfg.max_length)
@@ -233,6 +251,8 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
         )
 
     results: dict[str, Any] = {"source": source, "tasks": tasks, "sentences_encoded": len(cache)}
+    if truncate_dim is not None:  # every score below is of the first truncate_dim dimensions
+        results["truncate_dim"] = truncate_dim
     if scored is not None:  # which file was scored: a model card shows these results only beside that file
         results[SCORED] = scored
     if in_domain is not None:

@@ -37,6 +37,7 @@ from sentemb.eval.cache import EmbeddingCache
 from sentemb.eval.held_out import HeldOutTasks
 from sentemb.eval.scorable import UndefinedScore
 from sentemb.eval.sts import SICK_FILES, SentencePairs, STSBenchmark, correlations, load_sts_task, pairwise_cosine
+from sentemb.eval.truncation import TruncatedEncoder, check_truncate_dim, truncated
 from sentemb.training.callback_checks import check_eval_settings, check_every_n_steps  # noqa: F401 - importable here as before
 
 log = logging.getLogger(__name__)
@@ -80,14 +81,17 @@ class STSBDevEvaluation(Callback):
         intervals: Mapping[str, Any] | None = None,
         select: str = "stsb_dev",
         score_sickr_dev: bool = False,
+        truncate_dim: int | None = None,
     ) -> None:
         """`test_tasks` (STS-B test and any other STS task's) and `intervals` (their bootstrap, and the dev score's)
         are scored after training (`sentemb.training.trainer.report_best`); `select` names the dev set whose
         Spearman picks the kept checkpoint (`monitor`); `score_sickr_dev` scores SICK-R dev too without selecting on
         it (HiCL A.4's footnote: the checkpoint picked on STS-B dev, the hyper-parameters on its SICK-R dev score);
-        every file is read now."""
+        every file is read now. `truncate_dim`: every score of the run (dev during training, dev and test after it)
+        takes the first d dimensions of each embedding (its width is checked by `prepare_run`)."""
         super().__init__()
         check_eval_settings(every_n_steps, batch_size, at_start)
+        self.truncate_dim = check_truncate_dim(truncate_dim, "eval.truncate_dim", None)
         self.select = check_select(select)
         self.benchmark = STSBenchmark(Path(stsb_dir), splits=("dev",))
         self.resampling = Resampling.from_settings(intervals, "eval.intervals")
@@ -148,8 +152,14 @@ class STSBDevEvaluation(Callback):
         """The scored pairs of `dev_set`."""
         return self.sickr_dev if dev_set is SICKR_DEV else self.benchmark.pairs["dev"]
 
+    def embedder(self, encoder: SentenceEncoder) -> SentenceEncoder | TruncatedEncoder:
+        """What every score of the run encodes with: `encoder`, cut to eval.truncate_dim where it is set."""
+        return truncated(encoder, self.truncate_dim)
+
     def dev_similarities(self, encoder: SentenceEncoder, dev_set: DevMetrics = STSB_DEV) -> np.ndarray:
-        """The cosine of each pair of `dev_set` (STS-B dev by default) under `encoder`, each set encoded alone."""
+        """The cosine of each pair of `dev_set` (STS-B dev by default) under `encoder` (at eval.truncate_dim), each
+        set encoded alone."""
+        encoder = self.embedder(encoder)
         if dev_set is SICKR_DEV:
             return pair_similarities(encoder, self.sickr_dev, self.batch_size, show_progress=True)
         return self.benchmark.similarities(encoder, batch_size=self.batch_size, show_progress=True)["dev"]

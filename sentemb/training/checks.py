@@ -309,6 +309,7 @@ def check_built_parts(cfg: DictConfig) -> None:
         warn_without_dropout(parts.model.raw)  # MNTP alone trains without dropout on purpose
     check_grad_cache(cfg.get("grad_cache"), cfg.data.batch_size)
     check_matryoshka(resolved_container(cfg.get("matryoshka")), resolved_container(cfg.model), head)
+    check_eval_truncation(cfg, head)
     check_data_fields(cfg.data, is_labelled(cfg.data), choices.get("data"))  # a key the datamodule would not take
     check_sharding(cfg)  # trainer=fsdp: several processes, a precision FSDP2 takes
     named = f"pooling={parts.pooling.name}" + (f" with head={parts.head.name}" if parts.head is not None else "")
@@ -321,11 +322,23 @@ def check_matryoshka(matryoshka: Mapping[str, Any] | None, model: Mapping[str, A
     model loads (a head's own output_size, else the backbone's declared hidden size)."""
     if not matryoshka or matryoshka.get("dims") is None:
         return
-    from sentemb.encoders.models.backbones import declared_hidden_size
+    from sentemb.eval.truncation import sentence_width
     from sentemb.losses.matryoshka import check_dims
 
-    width = getattr(head, "output_size", None) if head is not None else None
-    check_dims(matryoshka["dims"], matryoshka.get("weights"), width or declared_hidden_size(model))
+    check_dims(matryoshka["dims"], matryoshka.get("weights"), sentence_width(model, head))
+
+
+def check_eval_truncation(cfg: DictConfig, head: Any = None) -> None:
+    """eval.truncate_dim: null, or a size of at least 1 within the sentence vector's width (as matryoshka.dims);
+    a size matryoshka.dims does not train is warned about."""
+    size = OmegaConf.select(cfg, "eval.truncate_dim", default=None)
+    if size is None:
+        return
+    from sentemb.eval.truncation import check_truncate_dim, sentence_width
+
+    dims = OmegaConf.select(cfg, "matryoshka.dims", default=None)
+    trained = [int(d) for d in dims] if dims else None
+    check_truncate_dim(size, "eval.truncate_dim", sentence_width(resolved_container(cfg.model), head), trained)
 
 
 # the part kinds a step adds to the encoder and loss (training/module.py), each with the base its parts subclass

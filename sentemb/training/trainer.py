@@ -20,14 +20,20 @@ from sentemb.common.metric_names import (
     BEST_STEP,
     CI_SUFFIXES,
     FINAL_STEP,
+    SIZED_PATTERN,
+    STSB_DEV,
     TEST_ALIGNMENT,
     TEST_SPEARMAN,
     TEST_UNIFORMITY,
     interval_names,
+    sized_metric,
 )
 from sentemb.encoders.build import encoder_from_checkpoint
 from sentemb.encoders.checkpoint import read_checkpoint
+from sentemb.eval.cache import EmbeddingCache
 from sentemb.eval.similarities import SIMILARITIES_NAME, write_similarities
+from sentemb.eval.truncation import size_scores, size_table
+from sentemb.losses.matryoshka import Matryoshka
 from sentemb.training.callbacks import DEV_TASKS, STSBDevEvaluation
 from sentemb.training.checkpoints import (
     ENVIRONMENT,
@@ -263,7 +269,8 @@ def _scores(
         interval = dev_eval.resampling.spearman(cosines, dev_eval.dev_pairs(dev_set).gold, estimate=dev)
         name = getattr(dev_set, which)
         metrics |= {name: dev, **dict(zip(interval_names(name), (interval.low, interval.high), strict=True))}
-    test, similarities = dev_eval.held_out.score(encoder, dev_eval.batch_size)
+    test, similarities = dev_eval.held_out.score(dev_eval.embedder(encoder), dev_eval.batch_size)
+    metrics |= sized_scores(trainer, encoder, dev_eval)
     if output_dir is not None and trainer.is_global_zero:
         data = dict(dev_eval.held_out.data)
         for dev_set, cosines in dev_similarities.items():
@@ -277,6 +284,37 @@ def _scores(
                 f"{output_dir}/{SIMILARITIES_NAME} not written ({err}); sentemb.compare re-encodes", stacklevel=1
             )
     return {**metrics, **test, step_name: step}
+
+
+def trained_sizes_of(module: Any) -> list[int]:
+    """The Matryoshka sizes the module's loss trains (matryoshka.dims), largest first; [] without them."""
+    return list(module.loss.dims) if isinstance(getattr(module, "loss", None), Matryoshka) else []
+
+
+def sized_scores(trainer: L.Trainer, encoder: Any, dev_eval: STSBDevEvaluation) -> dict[str, float]:
+    """With matryoshka.dims: STS-B dev and test Spearman at every trained size (`stsb/<split>/spearman_dim_<d>`), each
+    split encoded once at the full width on its own sentences (as its own score is) and cut per size."""
+    sizes = trained_sizes_of(trainer.lightning_module)
+    if not sizes:
+        return {}
+    splits = {"dev": dev_eval.dev_pairs(STSB_DEV), "test": dev_eval.held_out.data["STSBenchmark"]["test"]}
+    encoded = {}
+    for split, pairs in splits.items():
+        cache = EmbeddingCache(encoder, batch_size=dev_eval.batch_size, show_progress=False)
+        cache.prefetch(pairs.first + pairs.second)  # this split's sentences only, in the order its own score encodes
+        encoded[split] = (cache(pairs.first), cache(pairs.second), pairs.gold)
+    scores = size_scores(encoded, sizes)
+    return {sized_metric(split, size): value for split, row in scores.items() for size, value in row.items()}
+
+
+def sizes_report(metrics: dict[str, float]) -> str:
+    """The closing report's table of every trained Matryoshka size (none without matryoshka.dims)."""
+    sizes = sorted({int(name.rsplit("_", 1)[1]) for name in metrics if SIZED_PATTERN.fullmatch(name)}, reverse=True)
+    if not sizes:
+        return ""
+    rows = {size: {split: metrics[sized_metric(split, size)] for split in ("dev", "test")} for size in sizes}
+    table = size_table(rows, {"dev": "STS-B dev Spearman", "test": "STS-B test Spearman"})
+    return "\nMatryoshka sizes (the first d dimensions of the scored weights' embeddings):\n" + "\n".join(table)
 
 
 def _log_final(trainer: L.Trainer, metrics: dict[str, float]) -> None:
@@ -306,6 +344,7 @@ def final_report(best_step: int, metrics: dict[str, float], dev_eval: STSBDevEva
         "\n"
         + "\n".join(lines)
         + other_tasks(metrics)
+        + sizes_report(metrics)
         + f"\nbest checkpoint: {best_path} (selected on {selected.label}: eval.select={dev_eval.select})\n"
     )
 
@@ -343,6 +382,7 @@ def final_weights_report(step: int, metrics: dict[str, float], dev_eval: STSBDev
         + "\n".join(lines)
         + f"\nSTS-B test Spearman (final weights):    {scored(metrics, TEST_SPEARMAN)}{geometry(metrics)}"
         + other_tasks(metrics)
+        + sizes_report(metrics)
         + f"\nno checkpoint kept: no ModelCheckpoint monitors {dev_eval.monitor} (callbacks=default keeps the best), "
         "so the final weights were scored, not the best\n"
     )

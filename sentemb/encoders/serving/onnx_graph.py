@@ -43,12 +43,17 @@ EXAMPLE = ["a man is playing a guitar on a stage .", "hello"]  # two rows of dif
 class EmbeddingGraph(nn.Module):
     """(input_ids, attention_mask[, token_type_ids]) of prepared, padded rows → (sentence embedding, token states);
     `whitening`: a linear layer applied to the float32 embedding as the graph's last op (BERT-whitening's
-    y = x Wᵀ + b, the very weights of the sentence-transformers folder's last Dense module)."""
+    y = x Wᵀ + b, the very weights of the sentence-transformers folder's last Dense module); `truncate_dim`: the
+    embedding's first d dimensions alone (export's truncate_dim, a Matryoshka size; sentence-transformers'
+    `truncate_embeddings` keeps `[..., :d]` the same way, unnormalised)."""
 
-    def __init__(self, encoder: SentenceEncoder, whitening: nn.Linear | None = None) -> None:
+    def __init__(
+        self, encoder: SentenceEncoder, whitening: nn.Linear | None = None, truncate_dim: int | None = None
+    ) -> None:
         super().__init__()
         self.encoder = encoder
         self.whitening = whitening
+        self.truncate_dim = truncate_dim
 
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
@@ -61,6 +66,8 @@ class EmbeddingGraph(nn.Module):
         embedding = pooling(hidden, pooling.graph_batch(batch, self.encoder.tokenizer)).float()
         if self.whitening is not None:
             embedding = self.whitening(embedding)
+        if self.truncate_dim is not None:
+            embedding = embedding[:, : self.truncate_dim]
         return embedding, hidden.float()  # similarities are taken in float32
 
 
@@ -109,11 +116,14 @@ def parameter_bytes(module: nn.Module) -> int:
     return sum(p.numel() * 4 for p in module.parameters())  # exported in float32
 
 
-def export_graph(encoder: SentenceEncoder, path: Path, whitening: nn.Linear | None = None) -> int:
+def export_graph(
+    encoder: SentenceEncoder, path: Path, whitening: nn.Linear | None = None, truncate_dim: int | None = None
+) -> int:
     """Write the float32 graph to `path` (weights beside it in `<name>.data` above SINGLE_FILE_BYTES); its output
-    size. The encoder is exported in eval mode and float32; `whitening`, a float32 linear layer, ends the graph."""
+    size. The encoder is exported in eval mode and float32; `whitening`, a float32 linear layer, ends the graph, or
+    the embedding's first `truncate_dim` dimensions do."""
     encoder = encoder.float().eval()
-    graph, inputs = EmbeddingGraph(encoder, whitening).eval(), example_rows(encoder)
+    graph, inputs = EmbeddingGraph(encoder, whitening, truncate_dim).eval(), example_rows(encoder)
     axes = {name: {0: torch.export.Dim("batch"), 1: torch.export.Dim("sequence")} for name in inputs}
     with torch.no_grad():
         dimension = graph(**inputs)[0].shape[-1]
@@ -203,7 +213,11 @@ WHITENING_WEIGHT = "whitening.weight"
 
 
 def write_onnx_folder(
-    encoder: SentenceEncoder, out: Path, quantize: str | None, whitening: nn.Linear | None = None
+    encoder: SentenceEncoder,
+    out: Path,
+    quantize: str | None,
+    whitening: nn.Linear | None = None,
+    truncate_dim: int | None = None,
 ) -> dict[str, Any]:
     """Into `out`: the fp32 graph (and its int8 form), sentemb_onnx.json and the loader, and the tokenizer where the
     folder has none yet (a sentence-transformers save has written it); the recipe written (its `graphs`: the files).
@@ -214,7 +228,7 @@ def write_onnx_folder(
     graphs = {name: path for name, path in GRAPHS.items() if name == "fp32" or quantize == name}
     recipe = serving_recipe(encoder, graphs, dimension=0)  # its checks before the export's minutes
     (out / "onnx").mkdir(parents=True, exist_ok=True)
-    recipe["dimension"] = export_graph(encoder, out / graphs["fp32"], whitening)
+    recipe["dimension"] = export_graph(encoder, out / graphs["fp32"], whitening, truncate_dim)
     if quantize:
         keep_float = (WHITENING_WEIGHT,) if whitening is not None else ()
         quantize_int8(out / graphs["fp32"], out / graphs[quantize], keep_float)
