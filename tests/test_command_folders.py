@@ -209,6 +209,19 @@ def test_the_card_shows_results_of_its_own_checkpoint(tmp_path):
     assert "77.77" in card and "is left out" not in card
 
 
+@pytest.mark.parametrize(("scored", "exported"), [(8, None), (None, 8), (8, 16)])
+def test_the_card_leaves_out_results_scored_at_another_size_than_the_folder_embeds(scored, exported, tmp_path):
+    checkpoint = tiny_run(tmp_path / "run", [])
+    results = results_of(checkpoint, 77.77) | ({"truncate_dim": scored} if scored else {})
+    (tmp_path / "run" / "results.json").write_text(json.dumps(results))
+    size = [f"truncate_dim={exported}"] if exported else []
+    card = (
+        export(compose_export([f"checkpoint={checkpoint}", f"out={tmp_path / 'out'}", *size])) / "README.md"
+    ).read_text()
+    assert "77.77" not in card, "a figure of another size is not this folder's"
+    assert f"scored {scored or 'all'} dimensions; this folder embeds {exported or 'all'}" in card
+
+
 @pytest.mark.parametrize(
     ("overrides", "about", "data"),
     [
