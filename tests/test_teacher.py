@@ -219,3 +219,29 @@ def test_grad_cache_runs_the_teacher_once_and_keeps_the_step_exact(tmp_path):
     torch.testing.assert_close(out[2][0], out[None][0], rtol=1e-6, atol=1e-6)
     for name, grad in out[None][1].items():
         torch.testing.assert_close(out[2][1][name], grad, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_a_lora_decoder_student_distils_a_teacher_of_another_tokenizer_on_labelled_triplets(
+    job, teacher_ckpt, tmp_path, data_root
+):
+    from tests.test_matryoshka import triplets
+
+    # tiny-llama's tokenizer is not the tiny BERT teacher's: each text is decoded and tokenised again by the teacher
+    labelled = [o for o in job if not o.startswith("data.")] + triplets(tmp_path, data_root)
+    student = ["model=tiny-llama", "pooling=last_token", "adapter=lora", "adapter.r=4"]
+    distil = [
+        "loss=sum",
+        "loss.terms={infonce: {weight: 1.0}, margin_mse: {weight: 1.0}}",
+        f"teacher.path={teacher_ckpt}",
+    ]
+    metrics = run([*labelled, *student, *distil, *TEACHER_RUN], tmp_path)
+    rows = next((tmp_path / "csv").rglob("metrics.csv")).read_text().splitlines()
+    header = rows[0].split(",")
+    assert {"train/loss/infonce", "train/loss/margin_mse"} <= set(header)
+    column = header.index("train/loss/margin_mse")
+    values = [float(r.split(",")[column]) for r in rows[1:] if r.split(",")[column]]
+    assert values and all(torch.isfinite(torch.tensor(values))) and max(values) > 0, values
+    assert torch.isfinite(torch.tensor(metrics["stsb/test/spearman"]))
+    saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True, mmap=True)
+    assert saved["hyper_parameters"]["teacher"]["kind"] == "checkpoint"
+    assert not any(key.startswith("teacher") for key in saved["state_dict"]), "the teacher is in no state dict"
