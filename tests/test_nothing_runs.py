@@ -487,6 +487,13 @@ def modules_reader(tmp_path: Path) -> None:
     checked_modules(tmp_path)
 
 
+def teacher_modules_reader(tmp_path: Path) -> None:
+    from sentemb.training.teacher import sentence_transformers_folder
+
+    write_text(tmp_path / "modules.json", json.dumps([{"type": "os.system", "path": "${oc.env:SENTEMB_TEST_SECRET}"}]))
+    sentence_transformers_folder(tmp_path)
+
+
 def model_config_reader(tmp_path: Path) -> None:
     from sentemb.encoders.models.model_files import check_model_files
 
@@ -527,8 +534,15 @@ READERS = {
     ("sentemb/runs/wandb_runs.py", "read_head"): wandb_id_reader,
     ("sentemb/encoders/models/model_files.py", "folder_json"): model_config_reader,
     ("sentemb/encoders/models/model_files.py", "safetensors_bytes"): safetensors_header_reader,
+    ("sentemb/training/teacher.py", "sentence_transformers_folder"): teacher_modules_reader,
 }
 NOT_CONFIG = {  # files read that are not configuration, each with why the rule is not theirs
+    (
+        "sentemb/training/teacher.py",
+        "file_sha256",
+    ): "a teacher's weight file hashed as bytes (its identity), nothing parsed",
+    ("sentemb/data/mining_files.py", "read_pairs"): "data rows (texts), read by the labelled reader's own checks; "
+    "no value reaches instantiate, a resolver or from_pretrained",
     ("sentemb/common/file_values.py", "read_json"): "the rule's own reader",
     ("sentemb/common/file_values.py", "parse_yaml"): "the rule's own reader",
     ("sentemb/common/file_values.py", "read_yaml"): "the rule's own reader",

@@ -106,6 +106,8 @@ class SentembModule(CheckpointContents, L.LightningModule):
         # the frozen teacher (teacher.path): outside the state as DCLR's complementary model, built at fit start;
         # its width now, so that a distillation loss's projection is built before any checkpoint loads
         self.teacher = FrozenModel()
+        # None without a path (a config node's `path: null` too); a node with a path resolves to its record
+        teacher = self.hparams["teacher"] = teacher_record(teacher)
         if teacher:
             student = getattr(self.encoder.pooling, "output_size", None) or self.encoder.hidden_size
             bind_teacher_widths(self.loss, int(student), int(teacher["width"]))
