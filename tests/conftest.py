@@ -6,10 +6,12 @@ import hashlib
 import importlib.util
 import logging
 import os
+import random
 import sys
 from pathlib import Path
 from types import ModuleType
 
+import numpy as np
 import pytest
 import torch
 from hydra.core.global_hydra import GlobalHydra
@@ -28,6 +30,17 @@ def pytest_configure(config: pytest.Config) -> None:
         threads = max(1, len(os.sched_getaffinity(0)) // workers)
         torch.set_num_threads(threads)
         os.environ["OMP_NUM_THREADS"] = str(threads)  # the commands a test runs in a subprocess share them too
+
+
+@pytest.fixture(autouse=True)
+def restore_random_state():
+    """A test seeds torch's, numpy's and Python's generators as it needs (process-wide state): the next test finds
+    them as this one found them."""
+    states = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
+    yield
+    random.setstate(states[0])
+    np.random.set_state(states[1])
+    torch.random.set_rng_state(states[2])
 
 
 @pytest.fixture(scope="session")

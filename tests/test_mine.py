@@ -143,8 +143,12 @@ def test_random_sampling_is_seeded_and_is_sentence_transformers_under_the_same_s
         run_mine([*base, f"out={tmp_path / name}", f"seed={seed}"])
     first, again, other = (read_mined(tmp_path / name)[1] for name in ("a.csv", "b.csv", "c.csv"))
     assert first == again and first != other
-    random.seed(7)  # sentence-transformers samples with the global random.sample
-    theirs = st_mined(sentence_transformer_model, pairs_csv, range_max=20, sampling_strategy="random")
+    state = random.getstate()  # the process's random state, restored: other tests may draw from it
+    try:
+        random.seed(7)  # sentence-transformers samples with the global random.sample
+        theirs = st_mined(sentence_transformer_model, pairs_csv, range_max=20, sampling_strategy="random")
+    finally:
+        random.setstate(state)
     share = agreement(first, theirs)
     print(f"random sampling, same negatives as sentence-transformers under the same seed: {share:.2%}")
     assert share >= 0.99
