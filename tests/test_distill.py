@@ -233,3 +233,16 @@ def test_measured_differences_are_reported(capsys):
     print(
         f"RankCSE ListMLE: max |difference| {assert_same(ours, rankcse_listmle(teacher_sim, student_sim), student):.2e}"
     )
+
+
+@pytest.mark.parametrize("name", ["distill_kl", "listmle", "margin_mse"])
+def test_sizes_cut_the_students_embeddings_and_keep_the_teachers_whole(name):
+    from sentemb.losses.matryoshka import Matryoshka
+
+    student, targets = embeddings(hard=1, seed=3)
+    dims, weights = [D, D // 2, D // 4], [1.0, 0.5, 0.25]
+    ours = Matryoshka(build(name), dims, weights)(inputs_of(student, targets)).loss
+    # by hand: the inner loss on each prefix of the student's views, against the teacher's full-width embeddings
+    sizes = zip(dims, weights, strict=True)
+    by_hand = sum(w * build(name)(inputs_of([s[:, :d] for s in student], targets)).loss for d, w in sizes)
+    assert_same(ours, by_hand, student)
