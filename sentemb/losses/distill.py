@@ -159,7 +159,12 @@ class ListObjective(TeacherObjective):
     """The shared fields of the losses over each anchor's candidate list (distill_kl, listmle)."""
 
     def __init__(
-        self, student_tau: float, teacher_tau: float, similarity: str, candidates: str, drop_positive: bool
+        self,
+        student_tau: float = 0.05,
+        teacher_tau: float = 0.05,
+        similarity: str = "cos",
+        candidates: str = "batch",
+        drop_positive: bool = False,
     ) -> None:
         super().__init__()
         self.student_tau = require_positive("student_tau", student_tau, "0.05")
@@ -234,16 +239,6 @@ class DistillKL(ListObjective):
 class ListMLE(ListObjective):
     """RankCSE's ListMLE: the student's likelihood of the teacher's ranking of each anchor's candidates (module
     docstring)."""
-
-    def __init__(
-        self,
-        student_tau: float = 0.05,
-        teacher_tau: float = 0.05,
-        similarity: str = "cos",
-        candidates: str = "batch",
-        drop_positive: bool = False,
-    ) -> None:
-        super().__init__(student_tau, teacher_tau, similarity, candidates, drop_positive)
 
     def compute(self, inputs: LossInputs) -> LossOutput:
         with torch.autocast(device_type=inputs.anchors.device.type, enabled=False):
