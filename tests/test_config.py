@@ -58,8 +58,8 @@ def test_loss_instantiates(option, tmp_path):
     if hard:
         scored["hard_negatives"] = hard
     if TARGETS in loss.reads:
-        scored["targets"] = TeacherTargets(
-            torch.randn(8, 16), torch.randn(8, 16), tuple(torch.randn(8, 16) for _ in hard)
+        scored["targets"] = (
+            TeacherTargets(torch.randn(8, 16), torch.randn(8, 16), tuple(torch.randn(8, 16) for _ in hard)),
         )
     out = loss(torch.randn(8, 16), torch.randn(8, 16), **scored)
     assert isinstance(out, LossOutput) and torch.isfinite(out.loss)

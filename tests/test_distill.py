@@ -49,7 +49,7 @@ def inputs_of(student, targets) -> LossInputs:
         anchors=student[0],
         positives=student[1],
         hard_negatives=tuple(student[2:]),
-        targets=TeacherTargets(targets[0], targets[1], tuple(targets[2:])),
+        targets=(TeacherTargets(targets[0], targets[1], tuple(targets[2:])),),
     )
 
 
@@ -246,3 +246,73 @@ def test_sizes_cut_the_students_embeddings_and_keep_the_teachers_whole(name):
     sizes = zip(dims, weights, strict=True)
     by_hand = sum(w * build(name)(inputs_of([s[:, :d] for s in student], targets)).loss for d, w in sizes)
     assert_same(ours, by_hand, student)
+
+
+# ---- several teachers: their similarity lists averaged with weights (RankCSE's two teachers, --alpha_)
+
+ALPHA = 0.33  # run_rankcse.sh: --alpha_ 0.33 (the first teacher's share)
+
+
+def two_teachers(seed: int, hard: int = 0):
+    """Student views and two teachers of different widths (T and T + 2), float64."""
+    student, first = embeddings(hard, seed=seed, teacher=T)
+    _, second = embeddings(hard, seed=seed + 100, teacher=T + 2)
+    inputs = inputs_of(student, first).with_roles(
+        targets=(
+            TeacherTargets(first[0], first[1], tuple(first[2:]), weight=ALPHA),
+            TeacherTargets(second[0], second[1], tuple(second[2:]), weight=1.0 - ALPHA),
+        )
+    )
+    return student, first, second, inputs
+
+
+def rankcse_mixed_teachers(first, second, alpha: float, tau2: float) -> torch.Tensor:
+    """rankcse/trainers.py lines 524-528: each teacher's cos(z1T, z2T)/tau2, then alpha·first + (1 − alpha)·second."""
+    cos = nn.CosineSimilarity(dim=-1)
+    first_teacher_top1_sim = cos(first[0].unsqueeze(1), first[1].unsqueeze(0)) / tau2
+    second_teacher_top1_sim = cos(second[0].unsqueeze(1), second[1].unsqueeze(0)) / tau2
+    return (alpha * first_teacher_top1_sim) + ((1.0 - alpha) * second_teacher_top1_sim)
+
+
+@pytest.mark.parametrize("name", ["distill_kl", "listmle"])
+def test_two_teachers_are_rankcses_weighted_average_of_their_lists(name):
+    """RankCSE's released two-teacher step (pairs: its teachers read z1, z2 alone) against both list losses."""
+    student, first, second, inputs = two_teachers(seed=5)
+    teacher_sim = rankcse_mixed_teachers(first, second, ALPHA, 0.05)
+    student_sim, _ = rankcse_similarities(student, first, 0.05, 0.05)
+    if name == "listmle":
+        ours = build("listmle", student_tau=0.05, teacher_tau=0.05)(inputs).loss
+        assert_same(ours, rankcse_listmle(teacher_sim, student_sim), student)
+        return
+    ours = build("distill_kl", student_tau=0.05, teacher_tau=0.05, drop_positive=True)(inputs).loss
+    q = F.softmax(teacher_sim.clone().fill_diagonal_(float("-inf")), dim=-1)
+    entropy = -torch.where(q > 0, q * q.log(), torch.zeros_like(q)).sum() / N  # as in the one-teacher test above
+    assert_same(ours, rankcse_listnet(teacher_sim.clone(), student_sim) - entropy, student)
+    # and the mixture is not either teacher alone: the second teacher moves the loss
+    alone = build("distill_kl", student_tau=0.05, teacher_tau=0.05, drop_positive=True)(inputs_of(student, first)).loss
+    assert abs(float((ours - alone).detach())) > 1e-3
+
+
+def test_two_teachers_margins_are_margin_mse_on_their_averaged_labels():
+    """margin_mse with two teachers: sentence-transformers' MarginMSELoss on the weighted average of the teachers'
+    margins (each its own dot products)."""
+    student, first, second, inputs = two_teachers(seed=6, hard=2)
+
+    def margins(views):
+        labels = torch.stack([pairwise_dot_score(views[0], v) for v in views[1:]], dim=1)
+        return labels[:, :1] - labels[:, 1:]
+
+    mixed = ALPHA * margins(first) + (1.0 - ALPHA) * margins(second)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = MarginMSELoss(StandIn()).compute_loss_from_embeddings(student, mixed)
+    assert_same(build("margin_mse")(inputs).loss, theirs, student)
+
+
+def test_one_teacher_of_several_is_refused_where_a_loss_reads_one():
+    student, _, _, inputs = two_teachers(seed=7)
+    with pytest.raises(ValueError, match="DistillMSE matches one teacher's embeddings, got 2"):
+        build("distill_mse")(inputs)
+    skewed = inputs.with_roles(targets=(inputs.targets[0],) * 2)  # weights 0.33 + 0.33
+    with pytest.raises(ValueError, match="weights sum to 0.66"):
+        build("listmle")(skewed)

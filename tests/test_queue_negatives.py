@@ -39,7 +39,7 @@ def teacher_roles(name: str, z1: torch.Tensor, z2: torch.Tensor) -> dict:
     if TARGETS not in reads:
         return {}
     hard = (z2.flip(0),) if HARD_NEGATIVES in reads else ()
-    return {"targets": TeacherTargets(z1, z2, hard), **({"hard_negatives": hard} if hard else {})}
+    return {"targets": (TeacherTargets(z1, z2, hard),), **({"hard_negatives": hard} if hard else {})}
 
 
 def batch(seed: int = 0, n: int = N, k: int = K) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -111,6 +111,22 @@ def st_folder(tmp_path: Path, module_type: str) -> Path:
         (["loss=margin_mse", "teacher.path=minilm"], r"own hard negatives, and the data's rows hold none.*Fix"),
         (["loss=distill_kl", "teacher.path=minilm", "negatives=momentum"], r"no extra negatives.*no target"),
         (["loss=distill_mse", "teacher.path=minilm", "matryoshka.dims=[32,16]"], r"matryoshka\.dims=\[32, 16\].*Fix"),
+        # several teachers (RankCSE's two): their lists and weights
+        (["loss=listmle", "teacher.path=[minilm,minilm]"], r"names one teacher twice.*Fix: list each teacher once"),
+        (["loss=listmle", "teacher.path=[minilm,minilm]", "teacher.pooling=[null,mean]"], r"one teacher twice"),
+        (["loss=listmle", "teacher.path=[]"], r"teacher\.path=\[\] names no teacher.*Fix"),
+        (["loss=listmle", "teacher.path=[minilm,minilm]", "teacher.pooling=[cls]"], r"1 values for 2 teachers.*Fix"),
+        (["loss=listmle", "teacher.path=[minilm,minilm]", "teacher.weights=[1.0]"], r"one weight per teacher.*Fix"),
+        (["loss=listmle", "teacher.path=minilm", "teacher.weights=[0.5,0.5]"], r"one weight per teacher \(1.*Fix"),
+        (
+            ["loss=listmle", "teacher.path=[minilm,minilm]", "teacher.pooling=[mean,cls]", "teacher.weights=[0.5,0.6]"],
+            r"sum to 1\.1.*Fix: teacher\.weights=\[0\.4545,0\.5455\]",
+        ),
+        (["loss=listmle", "teacher.path=[minilm,minilm]", "teacher.weights=[0,1]"], r"weights\[0\]=0 .*Fix"),
+        (
+            ["loss=distill_mse", "teacher.path=[minilm,minilm]", "teacher.pooling=[mean,cls]"],
+            r"names 2 teachers with distill_mse.*Fix",
+        ),
     ],
 )
 def test_bad_teacher_options_are_refused_before_any_model_loads(
@@ -141,6 +157,32 @@ def test_teacher_folders_are_checked_before_any_model_loads(job, tmp_path, forbi
 def test_a_checkpoint_teacher_pools_as_it_was_trained(teacher_ckpt, job, tmp_path, forbid_model_loading):
     with pytest.raises(SentembConfigError, match=r"teacher\.pooling=mean.*pools as it was trained.*Fix"):
         prepare_run(compose_train([*job, "loss=distill_mse", f"teacher.path={teacher_ckpt}", "teacher.pooling=mean"]))
+
+
+def test_two_teachers_train_are_recorded_with_their_weights_and_checked_on_resume(job, teacher_ckpt, tmp_path):
+    """RankCSE's two teachers: a tiny sentemb checkpoint and MiniLM, mixed 0.25 / 0.75; the checkpoint records both
+    with their weights; a resume continues only with the same teachers, weights and order."""
+    two = [
+        *job,
+        "loss=sum",
+        "loss.terms={infonce: {weight: 1.0}, listmle: {weight: 1.0}}",
+        f"teacher.path=[{teacher_ckpt},minilm]",
+        "teacher.weights=[0.25,0.75]",
+    ]
+    run([*two, *TEACHER_RUN], tmp_path)
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    records = torch.load(last, weights_only=True, mmap=True)["hyper_parameters"]["teacher"]
+    assert [(r["path"], r["kind"], r["width"], r["weight"]) for r in records] == [
+        (str(teacher_ckpt), "checkpoint", 32, 0.25),
+        ("minilm", "sentence-transformers", 384, 0.75),
+    ]
+    resume = [f"ckpt_path={last}", "trainer.max_steps=4"]
+    prepare_run(compose_train([*two, *resume], tmp_path / "same"))  # the same teachers: accepted
+    for changed in (["teacher.weights=[0.75,0.25]"], [f"teacher.path=[minilm,{teacher_ckpt}]"]):
+        with pytest.raises(SentembConfigError, match=r"weight 0\.25\).*another teacher.*Fix: teacher\.path=\["):
+            prepare_run(compose_train([*two, *changed, *resume], tmp_path / "refused"))
+    with pytest.raises(SentembConfigError, match=r"another teacher"):  # one of the two alone
+        prepare_run(compose_train([*two, "teacher.path=minilm", "teacher.weights=null", *resume], tmp_path / "one"))
 
 
 @pytest.mark.parametrize("preset", ["listnet", "listmle"])
@@ -175,6 +217,7 @@ def ddp_configs(tmp_path_factory) -> dict[str, dict]:
     variants = {
         "distill_kl": ["loss=distill_kl"],
         "listmle": ["loss=listmle"],
+        "two teachers": ["loss=listmle", "teacher.path=[minilm,minilm]", "teacher.pooling=[mean,cls]"],
         "sum+grad_cache": ["loss=sum", "loss.terms={infonce: {weight: 1.0}, distill_mse: {weight: 1.0}}"],
     }
     out = {}
@@ -210,7 +253,7 @@ def test_grad_cache_runs_the_teacher_once_and_keeps_the_step_exact(tmp_path):
         module = build({**parts, "grad_cache": chunks})
         batch = dict(module.encoder.tokenizer(SENTENCES, padding=True, return_tensors="pt"))
         calls: list[int] = []
-        module.teacher_model().register_forward_hook(lambda *_, seen=calls: seen.append(1))
+        module.teacher_model()[0].register_forward_hook(lambda *_, seen=calls: seen.append(1))
         backward, total, _ = module.step_loss(batch)
         module.backward(backward)
         out[chunks] = (total.detach(), gradients(module))

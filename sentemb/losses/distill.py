@@ -1,5 +1,9 @@
 """Distillation from a frozen teacher (`teacher.path`, sentemb/training/teacher.py): losses that read the teacher's
-embeddings of the same texts (`LossInputs.targets`, a `TeacherTargets`) beside the student's.
+embeddings of the same texts (`LossInputs.targets`, one `TeacherTargets` per teacher) beside the student's.
+
+Several teachers (`teacher.path=[a, b]`, `teacher.weights=[w_1, w_2]`, Σ w = 1): the lists and margins below use the
+teachers' weighted average, Σ_t w_t · sim_t(·)/τ_t (RankCSE's two teachers, rankcse/trainers.py lines 526-528:
+α·first + (1 − α)·second, each cos / --tau2); distill_mse reads one teacher's embeddings and is refused with several.
 
 distill_mse (sentence-transformers' MSELoss / EmbedDistillLoss; Reimers & Gurevych 2020, Eq. 1): over every view v
 (anchors, positives, each hard-negative view), s the student's embedding (through a learnt Linear P when the widths
@@ -85,25 +89,29 @@ class TeacherObjective(Objective):
         return None
 
     def check_reads(self, inputs: LossInputs) -> None:
-        """The targets there, a `TeacherTargets` with one (N, T) tensor per view of the inputs."""
+        """The targets there: a tuple of `TeacherTargets`, each with one (N, T) tensor per view of the inputs, their
+        weights summing to 1."""
         super().check_reads(inputs)
-        targets = inputs.targets
-        if not isinstance(targets, TeacherTargets):
+        teachers = inputs.targets
+        if not isinstance(teachers, tuple) or not all(isinstance(t, TeacherTargets) for t in teachers):
             raise ValueError(
-                f"{type(self).__name__}: targets must be a TeacherTargets (a teacher's embeddings by role), got "
-                f"{type(targets).__name__}"
+                f"{type(self).__name__}: targets must be a tuple of TeacherTargets (each teacher's embeddings by "
+                f"role), got {type(teachers).__name__}"
             )
-        if len(targets.hard_negatives) != len(inputs.hard_negatives):
-            raise ValueError(
-                f"{type(self).__name__}: the teacher's targets hold {len(targets.hard_negatives)} hard-negative views, "
-                f"the inputs {len(inputs.hard_negatives)}"
-            )
-        for view in targets.views():
-            if view.dim() != 2 or view.shape[0] != inputs.size:
+        if abs(sum(t.weight for t in teachers) - 1.0) > 1e-6:
+            raise ValueError(f"{type(self).__name__}: the teachers' weights sum to {sum(t.weight for t in teachers)}")
+        for targets in teachers:
+            if len(targets.hard_negatives) != len(inputs.hard_negatives):
                 raise ValueError(
-                    f"{type(self).__name__}: each teacher view must be (N, T) with N = {inputs.size}, got "
-                    f"{tuple(view.shape)}"
+                    f"{type(self).__name__}: the teacher's targets hold {len(targets.hard_negatives)} hard-negative "
+                    f"views, the inputs {len(inputs.hard_negatives)}"
                 )
+            for view in targets.views():
+                if view.dim() != 2 or view.shape[0] != inputs.size:
+                    raise ValueError(
+                        f"{type(self).__name__}: each teacher view must be (N, T) with N = {inputs.size}, got "
+                        f"{tuple(view.shape)}"
+                    )
 
     def bind_widths(self, student: int, teacher: int) -> None:
         """Told the student's and the teacher's widths once both are known (before any checkpoint loads)."""
@@ -185,17 +193,16 @@ class ListObjective(TeacherObjective):
                 f"{type(self).__name__} with candidates=own over pairs alone: each anchor's list holds its positive "
                 "only, so the loss is 0. Fix: loss.candidates=batch, or data with a hard-negative column"
             )
-        targets = inputs.targets
         views = (inputs.positives, *inputs.hard_negatives)
         student = candidate_logits(inputs, inputs.anchors, views, self.similarity, own)
-        teacher = candidate_logits(
-            inputs, targets.anchors, (targets.positives, *targets.hard_negatives), self.similarity, own
-        )
-        return (
-            student / self.student_tau,
-            teacher.to(student.dtype) / self.teacher_tau,
-            candidate_mask(inputs, own, self.drop_positive),
-        )
+        teacher = None
+        for targets in inputs.targets:  # Σ_t w_t · sim_t / τ_t (rankcse/trainers.py lines 526-528)
+            logits = candidate_logits(
+                inputs, targets.anchors, (targets.positives, *targets.hard_negatives), self.similarity, own
+            )
+            logits = targets.weight * (logits.to(student.dtype) / self.teacher_tau)
+            teacher = logits if teacher is None else teacher + logits
+        return student / self.student_tau, teacher, candidate_mask(inputs, own, self.drop_positive)
 
 
 @part("loss", "distill_kl", companions=TEACHER)
@@ -293,7 +300,12 @@ class DistillMSE(TeacherObjective):
         return F.linear(student.to(weight.dtype), weight, bias).to(student.dtype)
 
     def compute(self, inputs: LossInputs) -> LossOutput:
-        targets = inputs.targets
+        if len(inputs.targets) != 1:
+            raise ValueError(
+                f"DistillMSE matches one teacher's embeddings, got {len(inputs.targets)} teachers' (refused before "
+                "training by the teacher check)"
+            )
+        (targets,) = inputs.targets
         views = (inputs.anchors, inputs.positives, *inputs.hard_negatives)
         losses = []
         with torch.autocast(device_type=inputs.anchors.device.type, enabled=False):
@@ -344,11 +356,14 @@ class MarginMSE(TeacherObjective):
         return torch.stack([positive - (anchors * floating(n)).sum(-1) for n in negatives], dim=1)
 
     def compute(self, inputs: LossInputs) -> LossOutput:
-        targets = inputs.targets
         with torch.autocast(device_type=inputs.anchors.device.type, enabled=False):
             student = self.margins(inputs.anchors, inputs.positives, inputs.hard_negatives)
-            teacher = self.margins(targets.anchors, targets.positives, targets.hard_negatives).detach()
-            squared = (student - teacher.to(student.dtype)) ** 2
+            teacher = None
+            for targets in inputs.targets:  # several teachers: their margins' weighted average
+                margins = self.margins(targets.anchors, targets.positives, targets.hard_negatives).detach()
+                margins = targets.weight * margins.to(student.dtype)
+                teacher = margins if teacher is None else teacher + margins
+            squared = (student - teacher) ** 2
             if inputs.absent is not None:  # a row's missing hard negative has no margin
                 present = ~inputs.absent.to(squared.device)
                 loss = squared[present].sum() / present.sum().clamp(min=1)

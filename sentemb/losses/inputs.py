@@ -9,7 +9,7 @@ receive every column by role the same way).
     excluded         (N, N + K) the negatives part's false negatives of anchor i among [positives | extra]
     duplicates       (N, N·(1 + k)) True where a candidate among [positives | hard negatives] holds anchor i's own text
     scores           (N,)      each (anchor, positive) pair's gold score in [0, 1]
-    targets          TeacherTargets  a frozen teacher's embeddings of the same rows, view by view (below)
+    targets          TeacherTargets × t  each frozen teacher's embeddings of the same rows, view by view (below)
     added            role → tensor: whatever another part adds
 
 A loss with a negatives' denominator scores anchor i against its candidates, laid out here and nowhere else:
@@ -56,7 +56,7 @@ class LossInputs:
     excluded: torch.Tensor | None = None
     duplicates: torch.Tensor | None = None
     scores: torch.Tensor | None = None
-    targets: TeacherTargets | None = None
+    targets: tuple[TeacherTargets, ...] = ()
     added: Mapping[str, torch.Tensor] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -92,7 +92,7 @@ class LossInputs:
             HARD_NEGATIVES: bool(self.hard_negatives),
             EXTRA: self.extra is not None and self.extra.shape[0] > 0,
             SCORES: self.scores is not None,
-            TARGETS: self.targets is not None,
+            TARGETS: bool(self.targets),
         }
         return PAIRS | {role for role, there in held.items() if there} | set(self.added)
 
@@ -142,11 +142,13 @@ class LossInputs:
 class TeacherTargets:
     """A frozen teacher's embeddings of the step's texts, by the same roles and rows as the student's (`teacher.path`,
     sentemb/training/teacher.py): anchors (N, T), positives (N, T), one (N, T) per hard-negative view; T the teacher's
-    width, no gradient. Gathered over the ranks with the student's embeddings."""
+    width, no gradient. Gathered over the ranks with the student's embeddings. `weight`: the teacher's share where
+    several teachers' similarity lists are averaged (`teacher.weights`; RankCSE's α, rankcse/trainers.py line 528)."""
 
     anchors: torch.Tensor
     positives: torch.Tensor
     hard_negatives: tuple[torch.Tensor, ...] = ()
+    weight: float = 1.0
 
     def views(self) -> tuple[torch.Tensor, ...]:
         """Every view's rows in LossInputs' order: anchors, positives, hard negatives."""

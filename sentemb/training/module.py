@@ -48,7 +48,7 @@ from sentemb.training.loss_inputs import present_rows, step_inputs
 from sentemb.training.negatives import NegativesPart, StepInputs, StepNegatives
 from sentemb.training.negatives.base import gathered, in_chunks
 from sentemb.training.sharding import shard_encoder
-from sentemb.training.teacher import build_teacher, teacher_record
+from sentemb.training.teacher import build_teacher, teacher_record, teacher_records
 
 log = logging.getLogger(__name__)
 UNIT = Bounds(0.0, 1.0)  # scheduler.warmup_ratio: a share of the run's steps
@@ -108,9 +108,9 @@ class SentembModule(CheckpointContents, L.LightningModule):
         self.teacher = FrozenModel()
         # None without a path (a config node's `path: null` too); a node with a path resolves to its record
         teacher = self.hparams["teacher"] = teacher_record(teacher)
-        if teacher:
+        if teacher:  # distill_mse reads one teacher (several are refused with it): the first one's width
             student = getattr(self.encoder.pooling, "output_size", None) or self.encoder.hidden_size
-            bind_teacher_widths(self.loss, int(student), int(teacher["width"]))
+            bind_teacher_widths(self.loss, int(student), int(teacher_records(teacher)[0]["width"]))
         # from_pretrained returns the backbone in eval mode and Lightning keeps submodule modes:
         # without this, dropout is off and the two views are identical (no SimCSE at all)
         self.train()
@@ -237,31 +237,35 @@ class SentembModule(CheckpointContents, L.LightningModule):
         self.negatives.after_loss(inputs, step)
         return output, step
 
-    def teacher_model(self) -> nn.Module | None:
-        """The frozen teacher (built on first use from the `teacher` hyper-parameter), on the module's device, in eval
-        mode; None without one."""
-        record = self.hparams.get("teacher")
-        if not record:
+    def teacher_model(self) -> nn.ModuleList | None:
+        """The frozen teachers (built on first use from the `teacher` hyper-parameter, one per record, in its order),
+        on the module's device, in eval mode; None without one."""
+        records = teacher_records(self.hparams.get("teacher"))
+        if not records:
             return None
         if not self.teacher:
-            self.teacher.hold(build_teacher(record, self.encoder.tokenizer))
+            tokenizer = self.encoder.tokenizer
+            self.teacher.hold(nn.ModuleList(build_teacher(record, tokenizer) for record in records))
         return self.teacher.on(self.device).eval()  # eval: no dropout in the targets
 
-    def teacher_targets(self, batch: dict[str, torch.Tensor]) -> TeacherTargets:
-        """The teacher's embeddings of the anchor, positive and hard-negative views (no gradient; once per step, in
-        GradCache's chunks when it is on), every rank's gathered in rank order like the student's."""
-        teacher = self.teacher_model()
-        embedded: dict[int, torch.Tensor] = {}  # a view that is the anchor's rows again (the same ids) is embedded once
-
-        def embed(rows: dict[str, torch.Tensor]) -> torch.Tensor:
-            key = id(rows["input_ids"])
-            if key not in embedded:
-                embedded[key] = gathered(in_chunks(teacher, rows, self.chunk_sentences()))
-            return embedded[key]
-
+    def teacher_targets(self, batch: dict[str, torch.Tensor]) -> tuple[TeacherTargets, ...]:
+        """Each teacher's embeddings of the anchor, positive and hard-negative views, with its weight (no gradient;
+        once per step, in GradCache's chunks when it is on), every rank's gathered in rank order like the student's."""
         roles, rows = view_roles(batch), training_view_batches(batch)
-        hard = [embed(view) for role, view in zip(roles, rows, strict=True) if is_hard_negative(role)]
-        return TeacherTargets(anchors=embed(rows[0]), positives=embed(rows[1]), hard_negatives=tuple(hard))
+        records = teacher_records(self.hparams.get("teacher"))
+        targets = []
+        for teacher, record in zip(self.teacher_model(), records, strict=True):
+            embedded: dict[int, torch.Tensor] = {}  # a view that is the anchor's rows again (same ids): embedded once
+
+            def embed(view: dict[str, torch.Tensor], teacher: nn.Module = teacher, embedded: dict = embedded):
+                key = id(view["input_ids"])
+                if key not in embedded:
+                    embedded[key] = gathered(in_chunks(teacher, view, self.chunk_sentences()))
+                return embedded[key]
+
+            hard = [embed(view) for role, view in zip(roles, rows, strict=True) if is_hard_negative(role)]
+            targets.append(TeacherTargets(embed(rows[0]), embed(rows[1]), tuple(hard), weight=float(record["weight"])))
+        return tuple(targets)
 
     @staticmethod
     def auxiliary_term(term: AuxiliaryTerm, views: TrainingViews) -> tuple[float, torch.Tensor]:

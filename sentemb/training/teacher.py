@@ -15,6 +15,12 @@ when a run resumes; in eval mode (no dropout) under no_grad. Its identity (the p
 checkpoint, its width) is a hyper-parameter of the run (`teacher_record`), so a checkpoint says which teacher it was
 trained against, and a resume with another teacher is refused before training (`check_resumed_teacher`).
 
+Several teachers (`teacher.path=[a, b]`, `teacher.weights=[0.33, 0.67]`; RankCSE's released script mixes its
+two teachers' similarity lists as α·first + (1 − α)·second, rankcse/trainers.py line 528): each is built, checked and
+recorded as one teacher is, `teacher.pooling` / `teacher.max_length` are one value for all or one per path, and a
+loss reads every teacher's targets with its weight (`LossInputs.targets`, one `TeacherTargets` per teacher). One
+teacher's record is one mapping (as it always was); several teachers' a list of them, each with its weight.
+
 Texts: the batch holds the student's token ids. Where the teacher's tokenizer has the student's vocabulary and no
 shorter max_length, it reads those ids; otherwise each row is decoded with the student's tokenizer and tokenised again
 with the teacher's (at its max_length): the same text up to what the student's tokenizer keeps (an uncased
@@ -40,6 +46,8 @@ POOLINGS = ("mean", "cls")  # what a teacher folder's pooling may be (sentence-t
 ST_MODULES = "modules.json"
 ST_KINDS = {"Transformer", "Pooling", "Normalize"}
 LENGTHS = Bounds(1, 1 << 16)
+PER_TEACHER = ("pooling", "max_length")  # one value for every teacher, or a list of one per path
+WEIGHT_SUM_TOLERANCE = 1e-6  # weights written to a few decimals (0.33, 0.67) sum to 1 within float rounding
 FIX = (
     f"Fix: {KEY}=minilm (the packaged all-MiniLM-L6-v2), {KEY}=<a sentence-transformers folder>, "
     f"{KEY}=<a sentemb .ckpt>, or {KEY}=<a Hugging Face model folder>"
@@ -48,10 +56,66 @@ FIX = (
 
 def teacher_node(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
     """The run's `teacher:` node as plain data when it names a path, else None."""
-    node = cfg.get("teacher") if cfg is not None else None
+    from sentemb.common.hydra_plumbing import resolved_container
+
+    node = resolved_container(cfg.get("teacher")) if cfg is not None else None
     if not node or node.get("path") in (None, ""):
         return None
-    return {key: node.get(key) for key in ("path", "pooling", "max_length")}
+    return {key: node.get(key) for key in ("path", "pooling", "max_length", "weights")}
+
+
+def teacher_entries(node: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each teacher the node names, {path, pooling, max_length, weight}, its lists checked: `teacher.path` one name or
+    a list of them, `teacher.pooling` / `teacher.max_length` one value or one per path, `teacher.weights` null (equal)
+    or one positive weight per path summing to 1 (a weighted average of the teachers' similarity lists)."""
+    paths = node.get("path")
+    several = isinstance(paths, (list, tuple))
+    names = list(paths) if several else [paths]
+    if several and not names:
+        raise SentembConfigError(f"{KEY}=[] names no teacher. {FIX}")
+    per_teacher = {}
+    for key in PER_TEACHER:
+        value = node.get(key)
+        if isinstance(value, (list, tuple)):
+            if len(value) != len(names):
+                raise SentembConfigError(
+                    f"teacher.{key}={list(value)} has {len(value)} values for {len(names)} teachers ({KEY}="
+                    f"{names}). Fix: one value for every teacher (teacher.{key}=null), or one per path"
+                )
+            per_teacher[key] = list(value)
+        else:
+            per_teacher[key] = [value] * len(names)
+    weights = node.get("weights")
+    if weights is None:
+        weights = [1.0 / len(names)] * len(names)  # equal weights: the plain average
+    elif not isinstance(weights, (list, tuple)) or len(weights) != len(names):
+        raise SentembConfigError(
+            f"teacher.weights={weights!r} must be a list of one weight per teacher ({len(names)}: {KEY}={names}). "
+            "Fix: teacher.weights=null (equal weights), or e.g. teacher.weights=[0.33,0.67] for two teachers"
+        )
+    weights = [check_weight(index, weight) for index, weight in enumerate(weights)]
+    if abs(sum(weights) - 1.0) > WEIGHT_SUM_TOLERANCE:
+        raise SentembConfigError(
+            f"teacher.weights={list(weights)} sum to {sum(weights):g}: they average the teachers' similarity lists, "
+            f"so they sum to 1 (a scale would change teacher_tau). Fix: teacher.weights="
+            f"[{','.join(f'{w / sum(weights):.4g}' for w in weights)}], or teacher.weights=null"
+        )
+    entries = [
+        {"path": name, "pooling": pooling, "max_length": length, "weight": weight}
+        for name, pooling, length, weight in zip(
+            names, per_teacher["pooling"], per_teacher["max_length"], weights, strict=True
+        )
+    ]
+    return entries
+
+
+def check_weight(index: int, weight: Any) -> float:
+    """teacher.weights[index] a positive number."""
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight <= 1:
+        raise SentembConfigError(
+            f"teacher.weights[{index}]={weight!r} must be a number in (0, 1]. Fix: e.g. teacher.weights=[0.33,0.67]"
+        )
+    return float(weight)
 
 
 def is_checkpoint(path: str) -> bool:
@@ -59,7 +123,8 @@ def is_checkpoint(path: str) -> bool:
 
 
 def check_options(node: Mapping[str, Any]) -> None:
-    """teacher.path a non-empty string, teacher.pooling one of POOLINGS or null, teacher.max_length whole or null."""
+    """One teacher's entry: teacher.path a non-empty string, teacher.pooling one of POOLINGS or null,
+    teacher.max_length whole or null."""
     path = node.get("path")
     if not isinstance(path, str) or not path.strip():
         raise SentembConfigError(f"{KEY}={path!r} must name a teacher. {FIX}")
@@ -199,13 +264,33 @@ def teacher_width(source: Mapping[str, Any]) -> int:
     return int(width)
 
 
-def teacher_record(node: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The run's teacher as a hyper-parameter (its identity in every checkpoint): path, pooling, max_length as asked,
-    and what they resolved to: kind, model, its pooling, normalize, max_length, width and sha256. None: no teacher."""
-    if not node or node.get("path") in (None, ""):
+def teacher_record(node: Mapping[str, Any] | list[Any] | None) -> dict[str, Any] | list[dict[str, Any]] | None:
+    """The run's teachers as a hyper-parameter (their identity in every checkpoint): one teacher's record (below), or
+    a list of one per teacher, each with its `weight`, when the node names several. None: no teacher."""
+    if isinstance(node, (list, tuple)):  # already several teachers' records (a checkpoint's hyper-parameters)
+        return [dict(record) for record in node]
+    if not node or node.get("path") in (None, "", []):
         return None
     if "sha256" in node:  # already a record (a checkpoint's hyper-parameters)
         return dict(node)
+    entries = teacher_entries(node)
+    if len(entries) == 1:
+        return entry_record(entries[0])
+    return [{**entry_record(entry), "weight": entry["weight"]} for entry in entries]
+
+
+def teacher_records(value: Mapping[str, Any] | list[Any] | None) -> list[dict[str, Any]]:
+    """A `teacher` hyper-parameter as a list of records, each with its weight (one teacher: weight 1)."""
+    if not value:
+        return []
+    if isinstance(value, Mapping):
+        return [{**value, "weight": float(value.get("weight", 1.0))}]
+    return [dict(record) for record in value]
+
+
+def entry_record(node: Mapping[str, Any]) -> dict[str, Any]:
+    """One teacher's record: path, pooling, max_length as asked, and what they resolved to: kind, model, its
+    pooling, normalize, max_length, width and sha256."""
     source = resolve(node)
     return {
         "path": str(node["path"]),
@@ -249,7 +334,23 @@ def check_teacher(cfg: Mapping[str, Any]) -> None:
             "would run for nothing. Fix: a distillation loss (loss=distill_mse, distill_kl, listmle, margin_mse, or a "
             f"loss=sum term of one), or {KEY}=null"
         )
-    resolve(node)
+    entries = teacher_entries(node)
+    if len(entries) > 1 and "distill_mse" in loss_names(loss):
+        raise SentembConfigError(
+            f"{KEY}={node['path']} names {len(entries)} teachers with distill_mse: the embedding MSE matches one "
+            "teacher's embeddings (the teachers' widths may differ), while several teachers are mixed by their "
+            f"similarity lists. Fix: one {KEY}, or loss=distill_kl / listmle / margin_mse"
+        )
+    seen: dict[tuple[Any, ...], str] = {}
+    for entry in entries:
+        source = resolve(entry)
+        same = (source["model"], entry["pooling"] or source["pooling"], entry["max_length"] or source["max_length"])
+        if same in seen:
+            raise SentembConfigError(
+                f"{KEY}={node['path']} names one teacher twice ({seen[same]} and {entry['path']}: the same model, "
+                "pooling and max_length). Fix: list each teacher once (teacher.weights sets its share)"
+            )
+        seen[same] = str(entry["path"])
 
 
 def check_teacher_data(cfg: Mapping[str, Any], views: list[str]) -> None:
@@ -293,13 +394,30 @@ def check_resumed_teacher(cfg: Mapping[str, Any], checkpoint: Mapping[str, Any] 
             f"{'none' if asked is None else f'{KEY}=' + str(asked['path'])}. Fix: resume with the run's own teacher "
             "(its .hydra/overrides.yaml), or start a new run"
         )
-    if (saved.get("path"), saved.get("sha256")) != (asked["path"], asked["sha256"]):
+    saved, asked = teacher_records(saved), teacher_records(asked)
+    if [identity(record) for record in saved] != [identity(record) for record in asked]:
+        was = "; ".join(describe(record) for record in saved)
+        now = "; ".join(describe(record) for record in asked)
+        paths = [record.get("path") for record in saved]
         raise SentembConfigError(
-            f"ckpt_path={where} was trained against the teacher {saved.get('path')} (sha256 {saved.get('sha256')}), "
-            f"and this run names {asked['path']} (sha256 {asked['sha256']}): another teacher, so the resumed run "
-            f"would not continue the same objective. Fix: {KEY}={saved.get('path')} with its weights unchanged, or "
-            "start a new run"
+            f"ckpt_path={where} was trained against the teacher {was}, and this run names {now}: another teacher, so "
+            f"the resumed run would not continue the same objective. Fix: {KEY}="
+            f"{paths[0] if len(paths) == 1 else '[' + ','.join(map(str, paths)) + ']'} with its weights unchanged "
+            "(and the run's own teacher.pooling and teacher.weights), or start a new run"
         )
+
+
+def identity(record: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What makes a teacher the same on resume: its path, the sha256 of its weights, its pooling and its weight."""
+    return (record.get("path"), record.get("sha256"), record.get("pooling"), float(record.get("weight", 1.0)))
+
+
+def describe(record: Mapping[str, Any]) -> str:
+    """A teacher's record in a message: its path, sha256, pooling (where chosen) and weight (where several)."""
+    weight, pooling = record.get("weight", 1.0), record.get("pooling")
+    shown = [f"sha256 {record.get('sha256')}", *([f"pooling {pooling}"] if pooling else [])]
+    shown += [f"weight {weight:g}"] if weight != 1.0 else []
+    return f"{record.get('path')} ({', '.join(shown)})"
 
 
 # ---- the teacher model (torch from here on)
