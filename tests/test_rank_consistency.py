@@ -153,12 +153,12 @@ def test_js_is_zero_for_equal_views_and_the_released_form_is_not():
     same = z1.detach().clone().requires_grad_()
     js = build("rank_consistency")(z1, same)
     released = build("rank_consistency", form="released")(z1, same).loss
-    assert abs(float(js.loss)) < 1e-12  # p_i = q_i: cos(z1, z2ᵀ) is symmetric
+    assert abs(js.loss.item()) < 1e-12  # p_i = q_i: cos(z1, z2ᵀ) is symmetric
     grads = torch.autograd.grad(js.loss, [z1, same])
     assert max(float(g.abs().max()) for g in grads) < 1e-12
     # the released value is minus the lists' mean entropy, far from 0, and it still pushes the views
-    assert float(released) == pytest.approx(-js.stats["entropy"] - 1e-7, abs=1e-6)
-    assert float(released) < -0.1
+    assert released.item() == pytest.approx(-js.stats["entropy"] - 1e-7, abs=1e-6)
+    assert released.item() < -0.1
     assert float(torch.autograd.grad(released, [z1])[0].abs().max()) > 1e-3
 
 
@@ -248,15 +248,22 @@ def test_it_trains_beside_infonce_in_a_sum(tiny_overrides, tmp_path):
     assert {"train/loss/infonce", "train/loss/rank_consistency", "paradigm/rank_consistency/jsd"} <= set(header)
 
 
+RANKCSE_TINY = "experiment=rankcse/listnet_tiny"
+ADD_TERM = "+loss.terms.rank_consistency.weight=1.0"  # a Hydra append: the preset's terms stay as they are
+
+
 def test_it_composes_with_the_rankcse_preset(tmp_path, forbid_model_loading):
-    cfg = compose_train(["experiment=rankcse/listnet_tiny", "+loss.terms.rank_consistency.weight=1.0"], tmp_path)
-    assert set(cfg.loss.terms) == {"infonce", "distill_kl", "rank_consistency"}
+    cfg = compose_train([RANKCSE_TINY, ADD_TERM], tmp_path)
+    preset = compose_train([RANKCSE_TINY], tmp_path)
+    assert set(cfg.loss.terms) == {*preset.loss.terms, "rank_consistency"} and len(preset.loss.terms) == 2
+    assert all(cfg.loss.terms[label] == preset.loss.terms[label] for label in preset.loss.terms)
     prepare_run(cfg)
 
 
 @pytest.mark.slow  # a MiniLM teacher
 def test_it_trains_beside_infonce_and_distill_kl_in_the_rankcse_preset(tiny_overrides, tmp_path):
-    preset = ["experiment=rankcse/listnet_tiny", "+loss.terms.rank_consistency.weight=1.0"]
-    run([*tiny_overrides, *preset, "trainer.max_steps=2", "eval.every_n_steps=2"], tmp_path)
+    overrides = [*tiny_overrides, RANKCSE_TINY, ADD_TERM, "trainer.max_steps=2", "eval.every_n_steps=2"]
+    terms = compose_train(overrides, tmp_path).loss.terms  # infonce, distill_kl (the preset's) and the term
+    run(overrides, tmp_path)
     header = next((tmp_path / "csv").rglob("metrics.csv")).read_text().splitlines()[0].split(",")
-    assert {f"train/loss/{term}" for term in ("infonce", "distill_kl", "rank_consistency")} <= set(header)
+    assert len(terms) == 3 and {f"train/loss/{term}" for term in terms} <= set(header)
