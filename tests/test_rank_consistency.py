@@ -196,7 +196,7 @@ def test_half_precision_autocast_gives_a_float32_loss(form, dtype):
     out.loss.backward()
     assert out.loss.dtype == torch.float32 and torch.isfinite(out.loss) and torch.isfinite(z1.grad.float()).all()
     exact = build("rank_consistency", form=form)(z1.detach().float(), z2.float()).loss
-    assert float(out.loss) == pytest.approx(float(exact), abs=1e-6)
+    assert out.loss.item() == pytest.approx(float(exact), abs=1e-6)
 
 
 def test_it_reads_anchors_and_positives_only():
@@ -205,9 +205,9 @@ def test_it_reads_anchors_and_positives_only():
     plain = loss(z1, z2).loss
     hard = torch.randn(N, D, dtype=torch.float64)
     with_hard = loss(LossInputs(anchors=z1, positives=z2, hard_negatives=(hard,), absent=torch.zeros(N, 1).bool()))
-    assert float(with_hard.loss) == float(plain)  # the hard negatives are in neither list
+    assert with_hard.loss.item() == plain.item()  # the hard negatives are in neither list
     one = loss(z1[:1], z2[:1]).loss  # a trailing batch of one row: nothing to rank
-    assert float(one) == 0.0
+    assert one.item() == 0.0
     with pytest.raises(SentembConfigError, match="takes no extra negatives.*neither view"):
         loss(z1, z2, torch.randn(3, D, dtype=torch.float64))
 
