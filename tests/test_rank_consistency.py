@@ -249,21 +249,23 @@ def test_it_trains_beside_infonce_in_a_sum(tiny_overrides, tmp_path):
 
 
 RANKCSE_TINY = "experiment=rankcse/listnet_tiny"
-ADD_TERM = "+loss.terms.rank_consistency.weight=1.0"  # a Hydra append: the preset's terms stay as they are
+RELEASED = "loss.terms.rank_consistency.form=released"  # the community release's arithmetic instead of the paper's
 
 
-def test_it_composes_with_the_rankcse_preset(tmp_path, forbid_model_loading):
-    cfg = compose_train([RANKCSE_TINY, ADD_TERM], tmp_path)
+def test_the_rankcse_presets_carry_the_term_and_take_the_released_form(tmp_path, forbid_model_loading):
     preset = compose_train([RANKCSE_TINY], tmp_path)
-    assert set(cfg.loss.terms) == {*preset.loss.terms, "rank_consistency"} and len(preset.loss.terms) == 2
-    assert all(cfg.loss.terms[label] == preset.loss.terms[label] for label in preset.loss.terms)
+    term = preset.loss.terms.rank_consistency
+    assert (term.weight, term.tau, term.form) == (1.0, 0.05, "js")  # --beta_ 1.0, --temp 0.05, the paper's JSD
+    assert set(preset.loss.terms) == {"infonce", "rank_consistency", "distill_kl"}
+    cfg = compose_train([RANKCSE_TINY, RELEASED], tmp_path)
+    assert cfg.loss.terms.rank_consistency.form == "released"
     prepare_run(cfg)
 
 
-@pytest.mark.slow  # a MiniLM teacher
+@pytest.mark.slow  # two MiniLM teachers
 def test_it_trains_beside_infonce_and_distill_kl_in_the_rankcse_preset(tiny_overrides, tmp_path):
-    overrides = [*tiny_overrides, RANKCSE_TINY, ADD_TERM, "trainer.max_steps=2", "eval.every_n_steps=2"]
-    terms = compose_train(overrides, tmp_path).loss.terms  # infonce, distill_kl (the preset's) and the term
+    overrides = [*tiny_overrides, RANKCSE_TINY, RELEASED, "trainer.max_steps=2", "eval.every_n_steps=2"]
+    terms = compose_train(overrides, tmp_path).loss.terms  # infonce, rank_consistency and distill_kl
     run(overrides, tmp_path)
     header = next((tmp_path / "csv").rglob("metrics.csv")).read_text().splitlines()[0].split(",")
     assert len(terms) == 3 and {f"train/loss/{term}" for term in terms} <= set(header)

@@ -190,12 +190,21 @@ def test_rankcse_presets_name_their_teacher_and_refuse_it_offline(preset, job, t
     monkeypatch.setattr(sentemb.encoders.models.backbones, "hub_reachable", lambda timeout=3.0: False)
     # the student swapped for the tiny model: the teacher is what is refused
     cfg = compose_train([f"experiment=rankcse/{preset}_bert_base", *job, "model=tiny"], tmp_path)
-    assert cfg.teacher.path == "voidism/diffcse-bert-base-uncased-sts"
-    assert set(cfg.loss.terms) == {"infonce", "distill_kl" if preset == "listnet" else "listmle"}
+    second = "princeton-nlp/unsup-simcse-bert-large-uncased"
+    assert list(cfg.teacher.path) == ["voidism/diffcse-bert-base-uncased-sts", second]
+    assert (list(cfg.teacher.weights), cfg.teacher.pooling) == ([0.33, 0.67], "cls")  # --alpha_ 0.33
+    assert set(cfg.loss.terms) == {"infonce", "rank_consistency", "distill_kl" if preset == "listnet" else "listmle"}
     with pytest.raises(SentembConfigError, match=r"teacher\.path=voidism/diffcse-bert-base-uncased-sts: not a local"):
         prepare_run(cfg)
+    # the first teacher there: the second is named
+    cfg = compose_train(
+        [f"experiment=rankcse/{preset}_bert_base", *job, "model=tiny", f"teacher.path=[minilm,{second}]"]
+    )
+    with pytest.raises(SentembConfigError, match=rf"teacher\.path={second}: not a local"):
+        prepare_run(cfg)
     tiny = compose_train([f"experiment=rankcse/{preset}_tiny"], tmp_path)
-    assert (tiny.teacher.path, tiny.model.backbone.name) == ("minilm", "tiny_bert")
+    assert (list(tiny.teacher.path), list(tiny.teacher.pooling)) == (["minilm", "minilm"], [None, "cls"])
+    assert tiny.model.backbone.name == "tiny_bert"
 
 
 @pytest.mark.slow  # a MiniLM teacher and 8 steps
@@ -204,7 +213,7 @@ def test_rankcse_tiny_presets_train(preset, job, tmp_path):
     run([*job, f"experiment=rankcse/{preset}_tiny", "logger=csv"], tmp_path)
     header = next((tmp_path / "csv").rglob("metrics.csv")).read_text().splitlines()[0].split(",")
     term = "distill_kl" if preset == "listnet" else "listmle"
-    assert {"train/loss/infonce", f"train/loss/{term}"} <= set(header)
+    assert {"train/loss/infonce", "train/loss/rank_consistency", f"train/loss/{term}"} <= set(header)
 
 
 # ---- DDP: teacher targets gathered with the student's embeddings
