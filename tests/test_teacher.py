@@ -248,11 +248,17 @@ def test_ddp_step_with_teacher_targets_equals_one_process(ddp_configs):
     assert_ddp_equals_one_process(ddp_configs, batch)
 
 
-def test_grad_cache_runs_the_teacher_once_and_keeps_the_step_exact(tmp_path):
-    """GradCache (chunks of 2 sentences) with teacher targets: the loss and every gradient of the plain step."""
+@pytest.mark.parametrize(
+    "teachers",
+    [["teacher.path=minilm"], ["teacher.path=[minilm,minilm]", "teacher.pooling=[mean,cls]"]],
+    ids=["one", "two"],
+)
+def test_grad_cache_runs_the_teacher_once_and_keeps_the_step_exact(teachers, tmp_path):
+    """GradCache (chunks of 2 sentences) with one or two teachers' targets: the loss and every gradient of the plain
+    step."""
     from tests.test_ddp_gradients import SENTENCES, build, gradients
 
-    cfg = compose_train(["model=tiny", "model.dropout=0.0", "teacher.path=minilm", "loss=distill_kl"], tmp_path)
+    cfg = compose_train(["model=tiny", "model.dropout=0.0", *teachers, "loss=distill_kl"], tmp_path)
     parts = {key: resolved_container(cfg[key]) for key in ("model", "pooling", "loss", "optimizer", "scheduler")}
     from sentemb.training.teacher import teacher_record
 
