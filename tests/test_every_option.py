@@ -29,7 +29,7 @@ import pytest
 import torch
 from huggingface_hub import try_to_load_from_cache
 from hydra.utils import get_class
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 import sentemb.encoders.models.backbones
 from sentemb.common.errors import SentembConfigError
@@ -160,6 +160,20 @@ def tiny_stand_in(cfg: DictConfig) -> list[str]:
         set_by_experiment = [k for k, v in preset.items() if k not in tiny and (k not in own or own[k] != v)]
         return ["model=tiny-llama", *(f"~model.backbone.{k}" for k in set_by_experiment)]
     return ["model=tiny-roberta" if "roberta" in str(cfg.model.get("name_or_path", "")).lower() else "model=tiny"]
+
+
+def teacher_stand_in(cfg: DictConfig) -> list[str]:
+    """Hub teachers (RankCSE's) swapped for the packaged MiniLM: one teacher for one, MiniLM pooled by its mean and by
+    its [CLS] state for two (the tiny presets' stand-ins); none where every teacher is local."""
+    paths = (cfg.get("teacher") or {}).get("path")
+    names = [str(p) for p in (paths if isinstance(paths, ListConfig) else [paths] if paths else [])]
+    if all(name == "minilm" or Path(name).expanduser().exists() for name in names):
+        return []
+    stand_ins = {
+        1: ["teacher.path=minilm", "teacher.pooling=null"],
+        2: ["teacher.path=[minilm,minilm]", "teacher.pooling=[mean,cls]"],
+    }
+    return stand_ins[len(names)]  # no preset names more teachers
 
 
 def gpus_needed(cfg: DictConfig) -> int:
@@ -368,6 +382,7 @@ def run_overrides(group: str, option: str, corpus: Path, stsb: Path, tmp_path: P
         overrides.append("head.generator=tiny")
     if cfg.get("negatives") and cfg.negatives.get("complementary") not in (None, "initial"):  # DCLR's hub SimCSE
         overrides.append("negatives.complementary=initial")
+    overrides += teacher_stand_in(cfg)  # RankCSE's hub teachers
     if cfg.get("head") and "cache_dir" in cfg.head:  # SARCSE's token-frequency cache, kept out of the home directory
         overrides.append(f"head.cache_dir={tmp_path / 'cache'}")
     # a sweep's job keeps its swept batch size
