@@ -17,6 +17,9 @@ NOTEBOOKS = PROJECT_ROOT / "notebooks"
 def test_notebook_runs_top_to_bottom(name, figures, monkeypatch):
     for variable in ("RUN_DIR", "RESULTS_ROOT"):  # the notebooks make their own small runs
         monkeypatch.delenv(variable, raising=False)
+    # the kernel gets Jupyter's inline backend, as a user's does, not the file-only one conftest's configure_process
+    # sets for this process (under it plt.show() displays nothing)
+    monkeypatch.delenv("MPLBACKEND", raising=False)
     monkeypatch.setenv("WANDB_MODE", "offline")
     notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
     NotebookClient(
