@@ -45,7 +45,7 @@ refused; labelled hard negatives are rows of every view (distill_mse), candidate
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -131,6 +131,16 @@ def similarity(a: torch.Tensor, b: torch.Tensor, kind: str) -> torch.Tensor:
     return floating(a) @ floating(b).T
 
 
+def teachers_average(inputs: LossInputs, score: Callable[[TeacherTargets], torch.Tensor]) -> torch.Tensor:
+    """Σ_t w_t · score(t) over the teachers' targets: their weighted average (one teacher: weight 1, the score itself;
+    RankCSE's two: α · first + (1 − α) · second, rankcse/trainers.py lines 526-528)."""
+    average = None
+    for targets in inputs.targets:
+        weighted = targets.weight * score(targets)
+        average = weighted if average is None else average + weighted
+    return average
+
+
 def candidate_logits(
     inputs: LossInputs, anchors: torch.Tensor, candidates: tuple[torch.Tensor, ...], kind: str, own: bool
 ) -> torch.Tensor:
@@ -195,13 +205,13 @@ class ListObjective(TeacherObjective):
             )
         views = (inputs.positives, *inputs.hard_negatives)
         student = candidate_logits(inputs, inputs.anchors, views, self.similarity, own)
-        teacher = None
-        for targets in inputs.targets:  # Σ_t w_t · sim_t / τ_t (rankcse/trainers.py lines 526-528)
-            logits = candidate_logits(
-                inputs, targets.anchors, (targets.positives, *targets.hard_negatives), self.similarity, own
-            )
-            logits = targets.weight * (logits.to(student.dtype) / self.teacher_tau)
-            teacher = logits if teacher is None else teacher + logits
+
+        def logits(targets: TeacherTargets) -> torch.Tensor:  # sim_t / τ_t
+            views = (targets.positives, *targets.hard_negatives)
+            similarities = candidate_logits(inputs, targets.anchors, views, self.similarity, own)
+            return similarities.to(student.dtype) / self.teacher_tau
+
+        teacher = teachers_average(inputs, logits)
         return student / self.student_tau, teacher, candidate_mask(inputs, own, self.drop_positive)
 
 
@@ -358,11 +368,9 @@ class MarginMSE(TeacherObjective):
     def compute(self, inputs: LossInputs) -> LossOutput:
         with torch.autocast(device_type=inputs.anchors.device.type, enabled=False):
             student = self.margins(inputs.anchors, inputs.positives, inputs.hard_negatives)
-            teacher = None
-            for targets in inputs.targets:  # several teachers: their margins' weighted average
-                margins = self.margins(targets.anchors, targets.positives, targets.hard_negatives).detach()
-                margins = targets.weight * margins.to(student.dtype)
-                teacher = margins if teacher is None else teacher + margins
+            teacher = teachers_average(
+                inputs, lambda t: self.margins(t.anchors, t.positives, t.hard_negatives).detach().to(student.dtype)
+            )
             squared = (student - teacher) ** 2
             if inputs.absent is not None:  # a row's missing hard negative has no margin
                 present = ~inputs.absent.to(squared.device)
